@@ -1,0 +1,42 @@
+# The README's two commands: `make demo` and `make test`. Both set up .venv first.
+#
+# On a machine without an NVIDIA GPU the CPU build of torch is installed before the package,
+# so the package's broad torch range never pulls a multi-GB CUDA build. Override TORCH_CPU
+# (e.g. with an index option for PyTorch's CPU wheels) where torch==2.13.0 is not at hand.
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+TORCH_CPU ?= torch==2.13.0
+STAMP := $(VENV)/.uqc-setup-stamp
+
+.PHONY: setup demo test lint clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
+		echo "setup: NVIDIA GPU found: torch from the package range, onnxruntime-gpu"; \
+		$(BIN)/pip install -q -e ".[gpu,dev]"; \
+	else \
+		$(BIN)/python -c "import torch" 2>/dev/null || { \
+			echo "setup: no GPU: installing the CPU build of torch ($(TORCH_CPU))"; \
+			$(BIN)/pip install -q $(TORCH_CPU); }; \
+		$(BIN)/pip install -q -e ".[cpu,dev]"; \
+	fi
+	@touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: setup
+	$(BIN)/uqc demo
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+lint: setup
+	$(BIN)/ruff check uqcompress tests benchmarks
+	$(BIN)/ruff format --check uqcompress tests benchmarks
+	$(BIN)/mypy
+
+clean:
+	rm -rf $(VENV) artifacts/demo artifacts/demo-quick

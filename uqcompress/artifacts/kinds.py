@@ -1,0 +1,18 @@
+"""Every artifact kind this version writes, its current ``kind_version``, and migrations.
+
+Bump a kind's version whenever its files change meaning, add a migration from the previous
+version below (a function that upgrades the manifest dict in memory), and say so in CHANGELOG.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+KIND_VERSIONS: dict[str, int] = {
+    "model": 1,
+    "eval": 1,
+}
+
+# (kind, from_version) -> function turning a manifest dict of that version into the next one.
+MIGRATIONS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {}

@@ -1,0 +1,52 @@
+"""Walk an artifact's inputs back to its roots (imported or initialised models)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from uqcompress.artifacts.reader import read_manifest
+from uqcompress.errors import UqcError
+
+
+@dataclass(frozen=True)
+class LineageNode:
+    depth: int
+    role: str
+    path: str
+    id: str
+    kind: str
+    step: str
+    status: str  # "ok", "missing" (moved or deleted), "changed" (id differs), "external"
+
+
+def walk_lineage(path: Path, max_depth: int = 64) -> list[LineageNode]:
+    """Depth-first list of an artifact and its ancestors; the artifact itself is depth 0."""
+    manifest = read_manifest(path)
+    nodes = [LineageNode(0, "self", str(path), manifest.id, manifest.kind, manifest.step, "ok")]
+    _walk(path.resolve(), manifest.inputs, 1, nodes, max_depth)
+    return nodes
+
+
+def _walk(base: Path, inputs: list, depth: int, nodes: list[LineageNode], max_depth: int) -> None:
+    if depth > max_depth:
+        return
+    for ref in inputs:
+        target = (base / ref.path).resolve()
+        if ref.kind == "transformers-dir":
+            nodes.append(
+                LineageNode(depth, ref.role, str(target), ref.id, ref.kind, "external", "external")
+            )
+            continue
+        try:
+            manifest = read_manifest(target)
+        except UqcError:
+            nodes.append(LineageNode(depth, ref.role, str(target), ref.id, ref.kind or "?", "?",
+                                     "missing"))
+            continue
+        status = "ok" if manifest.id == ref.id else "changed"
+        nodes.append(
+            LineageNode(depth, ref.role, str(target), manifest.id, manifest.kind, manifest.step,
+                        status)
+        )
+        _walk(target, manifest.inputs, depth + 1, nodes, max_depth)

@@ -1,0 +1,285 @@
+"""Write an artifact atomically: build in a sibling temp dir, manifest last, rename into place.
+
+A crash, Ctrl-C or SIGTERM never leaves a directory that looks complete: until the rename,
+the output lives in ``.<name>.tmp-<pid>-<random>`` beside the destination and is removed on
+any exception. Existing artifacts are never edited; replacing one needs ``force``.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import secrets
+import shutil
+import sys
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from uqcompress import __version__
+from uqcompress.artifacts.hashing import artifact_id, sha256_file
+from uqcompress.artifacts.kinds import KIND_VERSIONS
+from uqcompress.artifacts.manifest import MANIFEST_NAME, FileEntry, InputRef, Manifest
+from uqcompress.artifacts.reader import Artifact, open_artifact, read_manifest
+from uqcompress.errors import ArtifactError, UqcError
+
+TMP_MARKER = ".tmp-"
+
+
+def default_root() -> Path:
+    """Where artifacts go without ``--out``: ``$UQC_ARTIFACTS`` or ``./artifacts``."""
+    return Path(os.environ.get("UQC_ARTIFACTS", "artifacts"))
+
+
+@dataclass(frozen=True)
+class SourceRef:
+    """An input as a step sees it: an absolute location plus the identity it had when read."""
+
+    role: str
+    path: Path
+    id: str
+    kind: str
+    manifest_sha256: str | None = None
+
+    @classmethod
+    def of(cls, role: str, artifact: Artifact) -> SourceRef:
+        return cls(
+            role=role,
+            path=artifact.path.resolve(),
+            id=artifact.id,
+            kind=artifact.kind,
+            manifest_sha256=sha256_file(artifact.path / MANIFEST_NAME),
+        )
+
+
+@dataclass
+class OutputPlan:
+    """Everything that determines an artifact's identity, known before any work is done."""
+
+    kind: str
+    step: str
+    config: dict[str, Any]
+    id_config: dict[str, Any]
+    inputs: list[SourceRef] = field(default_factory=list)
+    data: list[dict[str, Any]] = field(default_factory=list)
+    device: str = "cpu"
+
+    @property
+    def kind_version(self) -> int:
+        return KIND_VERSIONS[self.kind]
+
+    @property
+    def id(self) -> str:
+        return artifact_id(
+            self.kind,
+            self.kind_version,
+            {"step": self.step, **self.id_config},
+            [ref.id for ref in self.inputs],
+            [str(item["fingerprint"]) for item in self.data],
+        )
+
+
+def resolve_destination(
+    plan: OutputPlan, out: Path | None, force: bool
+) -> tuple[Path, Artifact | None]:
+    """Pick the output directory; return the existing artifact there if it can be reused.
+
+    Same id at the destination: reuse (the caller skips the work). Anything else there:
+    refuse, unless ``force``.
+    """
+    dest = Path(out) if out is not None else default_root() / f"{plan.kind}-{plan.id[:8]}"
+    if not dest.exists():
+        return dest, None
+    if dest.is_file():
+        raise ArtifactError(
+            f"--out {dest} is a file", hint="choose a directory path for --out"
+        )
+    if force:
+        return dest, None
+    try:
+        existing = read_manifest(dest)
+    except UqcError:
+        existing = None
+    if existing is not None and existing.id == plan.id and existing.kind == plan.kind:
+        try:
+            return dest, open_artifact(dest)
+        except UqcError:
+            pass  # damaged: fall through to the refusal below, which names --force
+    if existing is None and not any(dest.iterdir()):
+        return dest, None  # an empty directory holds nothing to lose
+    what = (
+        f"a different {existing.kind} artifact (id {existing.id[:8]})"
+        if existing is not None
+        else "files that are not this artifact"
+    )
+    raise ArtifactError(
+        f"--out {dest} already holds {what}",
+        hint="choose another --out, or pass --force to replace it",
+    )
+
+
+def _env(device: str) -> dict[str, Any]:
+    def version(dist: str) -> str | None:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return None
+
+    ort = version("onnxruntime") or version("onnxruntime-gpu")
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "torch": version("torch"),
+        "transformers": version("transformers"),
+        "onnxruntime": ort,
+        "device": device,
+    }
+
+
+class ArtifactWriter:
+    """Context manager that owns a temp dir and turns it into the artifact on success.
+
+    Usage::
+
+        with ArtifactWriter(dest, plan) as writer:
+            (writer.dir / "metrics.json").write_text(...)
+            writer.summary["acc"] = 0.97
+        artifact = writer.artifact
+    """
+
+    def __init__(self, dest: Path, plan: OutputPlan, force: bool = False) -> None:
+        self.dest = Path(dest)
+        self.plan = plan
+        self.force = force
+        self.summary: dict[str, Any] = {}
+        self.warnings: list[str] = []
+        self.extra_config: dict[str, Any] = {}
+        self._artifact: Artifact | None = None
+        parent = self.dest.parent
+        parent.mkdir(parents=True, exist_ok=True)
+        self.dir = parent / f".{self.dest.name}{TMP_MARKER}{os.getpid()}-{secrets.token_hex(4)}"
+
+    def __enter__(self) -> ArtifactWriter:
+        self.dir.mkdir()
+        return self
+
+    def warn(self, message: str) -> None:
+        self.warnings.append(message)
+
+    @property
+    def artifact(self) -> Artifact:
+        if self._artifact is None:
+            raise RuntimeError("the artifact is only available after the with-block succeeds")
+        return self._artifact
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            return
+        try:
+            self._finalise()
+        except BaseException:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            raise
+
+    def _finalise(self) -> None:
+        files: dict[str, FileEntry] = {}
+        for path in sorted(p for p in self.dir.rglob("*") if p.is_file()):
+            rel = path.relative_to(self.dir).as_posix()
+            if rel == MANIFEST_NAME:
+                raise RuntimeError("steps must not write manifest.json themselves")
+            files[rel] = FileEntry(sha256=sha256_file(path), bytes=path.stat().st_size)
+        dest_abs = self.dest.resolve()
+        inputs = [
+            InputRef(
+                role=ref.role,
+                path=os.path.relpath(ref.path, dest_abs),
+                id=ref.id,
+                manifest_sha256=ref.manifest_sha256,
+                kind=ref.kind,
+            )
+            for ref in self.plan.inputs
+        ]
+        manifest = Manifest(
+            kind=self.plan.kind,
+            kind_version=self.plan.kind_version,
+            id=self.plan.id,
+            uqc_version=__version__,
+            created_utc=datetime.now(UTC).isoformat(timespec="seconds"),
+            step=self.plan.step,
+            config={**self.plan.config, **self.extra_config},
+            inputs=inputs,
+            files=files,
+            data=self.plan.data,
+            env=_env(self.plan.device),
+            summary=self.summary,
+            warnings=self.warnings,
+        )
+        # The manifest is written last: its presence is what makes the directory an artifact.
+        tmp_manifest = self.dir / (MANIFEST_NAME + ".partial")
+        tmp_manifest.write_text(manifest.to_json(), encoding="utf-8")
+        os.replace(tmp_manifest, self.dir / MANIFEST_NAME)
+        self._install()
+        self._artifact = Artifact(path=self.dest, manifest=manifest)
+
+    def _install(self) -> None:
+        """Rename the finished temp dir onto the destination."""
+        trash: Path | None = None
+        if self.dest.exists():
+            if self.dest.is_dir() and not any(self.dest.iterdir()):
+                self.dest.rmdir()
+            elif self.force:
+                trash = self.dest.parent / f".{self.dest.name}.old-{secrets.token_hex(4)}"
+                os.rename(self.dest, trash)
+        try:
+            os.rename(self.dir, self.dest)
+        except OSError:
+            # Another process finished the same artifact first: keep theirs if it is the same id.
+            try:
+                theirs = read_manifest(self.dest)
+            except UqcError:
+                theirs = None
+            shutil.rmtree(self.dir, ignore_errors=True)
+            if theirs is None or theirs.id != self.plan.id:
+                raise ArtifactError(
+                    f"--out {self.dest} was written by another process while this step ran",
+                    hint="choose another --out, or pass --force to replace it",
+                ) from None
+        if trash is not None:
+            shutil.rmtree(trash, ignore_errors=True)
+
+
+def clean_stale_temp_dirs(root: Path) -> list[Path]:
+    """Remove temp dirs left by killed processes (their pid no longer runs). Returns them."""
+    removed: list[Path] = []
+    if not root.is_dir():
+        return removed
+    for entry in root.iterdir():
+        if not (entry.is_dir() and entry.name.startswith(".") and TMP_MARKER in entry.name):
+            continue
+        try:
+            pid = int(entry.name.rsplit(TMP_MARKER, 1)[1].split("-")[0])
+        except ValueError:
+            continue
+        if not _pid_alive(pid):
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+    return removed
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

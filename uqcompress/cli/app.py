@@ -1,0 +1,116 @@
+"""The Typer app and the one place where exceptions become messages and exit codes.
+
+Exit codes: 0 ok; 1 a user-facing error (one line: what was wrong, and the fix; set
+UQC_DEBUG=1 for the traceback); 2 a usage error (unknown option, missing argument);
+3 a quality gate failed; 130 interrupted. Heavy imports (torch, transformers) happen inside
+command bodies, so `uqc --help` stays instant.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from typing import Annotated, Any
+
+import click
+import typer
+
+from uqcompress import __version__
+from uqcompress.cli import demo_cmd, eval_cmd, finetune_cmd, import_cmd, init_cmd, inspect_cmd
+from uqcompress.errors import UqcError
+
+app = typer.Typer(
+    name="uqc",
+    help="uqcompress: smaller transformer classifiers that know when they do not know.\n\n"
+    "Every step reads artifact directories and writes a new one; stdout carries only the "
+    "path written (or JSON with --json), so steps compose in a shell.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"uqc {__version__}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", help="Print the version and exit.", callback=_version,
+                     is_eager=True),
+    ] = False,
+) -> None:
+    """uqcompress command line."""
+
+
+app.command("init")(init_cmd.init)
+app.command("import")(import_cmd.import_model)
+app.command("finetune")(finetune_cmd.finetune)
+app.command("eval")(eval_cmd.evaluate)
+app.command("inspect")(inspect_cmd.inspect)
+app.command("verify")(inspect_cmd.verify)
+app.command("demo")(demo_cmd.demo)
+
+
+def _quiet_libraries() -> None:
+    # Library chatter would bury the one line a user needs; steps print their own progress.
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    # SIGTERM takes the same clean-up path as Ctrl-C: temp dirs are removed on the way out.
+    raise KeyboardInterrupt
+
+
+def _error(message: str) -> None:
+    from uqcompress.console import stderr
+
+    stderr.print(f"[bold red]error:[/bold red] {message}", soft_wrap=True, markup=True,
+                 highlight=False)
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Run the CLI and return the exit code (tests call this; `main` exits with it)."""
+    _quiet_libraries()
+    command = typer.main.get_command(app)
+    try:
+        result = command.main(args=argv, prog_name="uqc", standalone_mode=False)
+        return result if isinstance(result, int) else 0
+    except UqcError as exc:
+        if os.environ.get("UQC_DEBUG"):
+            raise
+        hint = f" (fix: {exc.hint})" if exc.hint else ""
+        _error(_escape(f"{exc.message}{hint}"))
+        return exc.exit_code
+    except click.exceptions.NoArgsIsHelpError as exc:
+        sys.stderr.write((exc.ctx.get_help() if exc.ctx else "") + "\n")
+        return 0
+    except click.UsageError as exc:
+        where = exc.ctx.command_path if exc.ctx else "uqc"
+        sys.stderr.write(f"error: {exc.format_message()} (see '{where} --help')\n")
+        return 2
+    except click.ClickException as exc:
+        sys.stderr.write(f"error: {exc.format_message()}\n")
+        return exc.exit_code
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        sys.stderr.write("interrupted: nothing was written\n")
+        return 130
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+def main() -> None:
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    sys.exit(run())

@@ -1,0 +1,49 @@
+"""`uqc eval`: accuracy, NLL, Brier, ECE, latency of a model or a deep ensemble."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from uqcompress.cli.options import (
+    BatchSize, Device, Force, Json, LabelColumn, MaxLength, Out, TextColumn, Threads,
+    resolve_input, setup_compute,
+)
+from uqcompress.errors import ConfigError
+
+
+def evaluate(
+    models: Annotated[
+        list[str],
+        typer.Argument(help="One model, or several for a deep ensemble ('-': read one "
+                       "path from stdin)."),
+    ],
+    data: Annotated[str, typer.Option("--data", help="Labelled data: builtin:NAME[@split] "
+                                      "or FILE.csv.")],
+    batch_size: BatchSize = 64,
+    max_length: MaxLength = None,
+    text_column: TextColumn = "text",
+    label_column: LabelColumn = "label",
+    device: Device = "auto",
+    threads: Threads = None,
+    out: Out = None,
+    force: Force = False,
+    json_out: Json = False,
+) -> None:
+    """Evaluate and write an eval artifact (metrics.json); prints a table on stderr."""
+    from uqcompress.cli.output import emit
+    from uqcompress.cli.tables import print_metrics
+    from uqcompress.steps import eval as step
+
+    if models.count("-") > 1:
+        raise ConfigError("'-' can stand for only one model", hint="name the others by path")
+    paths = [resolve_input(m) for m in models]
+    resolved_device, resolved_threads = setup_compute(device, threads)
+    cfg = step.EvalConfig(
+        data=data, batch_size=batch_size, max_length=max_length, text_column=text_column,
+        label_column=label_column, device=resolved_device, threads=resolved_threads,
+    )
+    result = step.run(paths, cfg, out, force)
+    print_metrics([(str(result.artifact.path), result.artifact.manifest.summary)])
+    emit(result, json_out)

@@ -1,0 +1,48 @@
+"""`uqc finetune`: train a model on labelled data."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from uqcompress.cli.options import (
+    BatchSize, Device, Force, Json, LabelColumn, MaxLength, Out, Seed, TextColumn, Threads,
+    resolve_input, setup_compute,
+)
+
+
+def finetune(
+    model: Annotated[str, typer.Argument(help="Model artifact or transformers dir ('-': stdin).")],
+    data: Annotated[str, typer.Option("--data", help="Training data: builtin:NAME[@split] "
+                                      "or FILE.csv.")],
+    val: Annotated[
+        str | None,
+        typer.Option("--val", help="Validation data, scored after every epoch.",
+                     show_default=False),
+    ] = None,
+    epochs: Annotated[int, typer.Option("--epochs", help="Passes over the data.")] = 3,
+    lr: Annotated[float, typer.Option("--lr", help="Peak AdamW learning rate.")] = 5e-4,
+    batch_size: BatchSize = 32,
+    seed: Seed = 0,
+    max_length: MaxLength = None,
+    text_column: TextColumn = "text",
+    label_column: LabelColumn = "label",
+    device: Device = "auto",
+    threads: Threads = None,
+    out: Out = None,
+    force: Force = False,
+    json_out: Json = False,
+) -> None:
+    """Fine-tune a classifier (AdamW, warm-up + linear decay) and write a new model artifact."""
+    from uqcompress.cli.output import emit
+    from uqcompress.steps import finetune as step
+
+    model_path = resolve_input(model)
+    resolved_device, resolved_threads = setup_compute(device, threads)
+    cfg = step.FinetuneConfig(
+        data=data, val=val, epochs=epochs, lr=lr, batch_size=batch_size, seed=seed,
+        max_length=max_length, text_column=text_column, label_column=label_column,
+        device=resolved_device, threads=resolved_threads,
+    )
+    emit(step.run(model_path, cfg, out, force), json_out)

@@ -1,0 +1,85 @@
+"""`uqc inspect` and `uqc verify`: what an artifact is, where it came from, is it intact."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated, Any
+
+import typer
+
+from uqcompress.cli.options import Json, resolve_input
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = json.dumps(value) if not isinstance(value, str) else value
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def inspect(
+    artifact: Annotated[str, typer.Argument(help="Artifact directory ('-' reads stdin).")],
+    json_out: Json = False,
+) -> None:
+    """Show kind, summary, config, data and lineage (table on stderr; --json on stdout)."""
+    from dataclasses import asdict
+
+    from rich.table import Table
+    from rich.tree import Tree
+
+    from uqcompress.artifacts import read_manifest
+    from uqcompress.artifacts.lineage import walk_lineage
+    from uqcompress.console import stderr
+
+    path = resolve_input(artifact)
+    manifest = read_manifest(path)
+    lineage = walk_lineage(path)
+    if json_out:
+        payload = {"path": str(path), "manifest": manifest.to_dict(),
+                   "lineage": [asdict(node) for node in lineage]}
+        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+        return
+    table = Table(title=f"{manifest.kind} artifact {path}", show_header=False)
+    table.add_column("key", style="bold")
+    table.add_column("value")
+    table.add_row("kind", f"{manifest.kind} (kind_version {manifest.kind_version})")
+    table.add_row("step", manifest.step)
+    table.add_row("id", manifest.id)
+    table.add_row("created", f"{manifest.created_utc} by uqc {manifest.uqc_version}")
+    for key, value in manifest.summary.items():
+        table.add_row(f"summary.{key}", _short(value))
+    for key, value in manifest.config.items():
+        table.add_row(f"config.{key}", _short(value))
+    for entry in manifest.data:
+        table.add_row(f"data.{entry.get('role')}",
+                      f"{entry.get('spec')} ({entry.get('examples')} examples, "
+                      f"fingerprint {str(entry.get('fingerprint'))[:12]})")
+    table.add_row("env", _short(manifest.env, 120))
+    for warning in manifest.warnings:
+        table.add_row("warning", warning)
+    stderr.print(table)
+    tree = Tree(f"[bold]lineage[/bold] {manifest.kind}/{manifest.step} {manifest.id[:8]}")
+    branches = {0: tree}
+    for node in lineage[1:]:
+        parent = branches.get(node.depth - 1, tree)
+        status = "" if node.status == "ok" else f" [red]({node.status})[/red]"
+        branches[node.depth] = parent.add(
+            f"{node.role}: {node.kind}/{node.step} {node.id[:12]} {node.path}{status}"
+        )
+    stderr.print(tree)
+    sys.stdout.write(f"{path}\n")
+
+
+def verify(
+    artifact: Annotated[str, typer.Argument(help="Artifact directory ('-' reads stdin).")],
+) -> None:
+    """Check every file of an artifact against its recorded size and sha256 (exit 1 if not)."""
+    from uqcompress.artifacts import open_artifact
+    from uqcompress.console import stderr
+
+    path = resolve_input(artifact)
+    opened = open_artifact(path, verify=True)
+    stderr.print(
+        f"[green]ok[/green] {opened.kind} artifact {path}: "
+        f"{len(opened.manifest.files)} files match their sha256"
+    )
+    sys.stdout.write(f"{path}\n")

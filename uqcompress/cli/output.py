@@ -1,0 +1,26 @@
+"""stdout carries only the result: an artifact path, or JSON with --json."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from uqcompress.steps.common import StepResult
+
+
+def emit(result: StepResult, as_json: bool) -> None:
+    artifact = result.artifact
+    if as_json:
+        payload: dict[str, Any] = {
+            "path": str(artifact.path),
+            "kind": artifact.kind,
+            "id": artifact.id,
+            "reused": result.reused,
+            "summary": artifact.manifest.summary,
+            "warnings": artifact.manifest.warnings,
+        }
+        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+    else:
+        sys.stdout.write(f"{artifact.path}\n")
+    sys.stdout.flush()

@@ -1,0 +1,38 @@
+"""A labelled dataset as read from its source, before any model-specific encoding."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+
+@dataclass
+class LabeledData:
+    """Examples plus raw labels, and a fingerprint of their contents.
+
+    Images are float32 `[N, C, H, W]` on the 0..255 pixel scale; texts are strings. Raw labels
+    are ints or strings as the source had them; `label_names` is set when the source knows the
+    class names (built-in sets), ints then index into it.
+    """
+
+    spec: str
+    input_kind: Literal["text", "image"]
+    labels: list[Any]
+    fingerprint: str
+    texts: list[str] | None = None
+    images: npt.NDArray[np.float32] | None = None
+    label_names: list[str] | None = None
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def manifest_entry(self, role: str) -> dict[str, Any]:
+        return {
+            "role": role,
+            "spec": self.spec,
+            "fingerprint": self.fingerprint,
+            "examples": len(self),
+        }

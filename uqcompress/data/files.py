@@ -1,0 +1,57 @@
+"""Tabular text data from files, read through `datasets` (CSV now; JSONL/Parquet next)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from uqcompress.artifacts.hashing import sha256_bytes, sha256_file
+from uqcompress.data.dataset import LabeledData
+from uqcompress.errors import DataError
+
+
+def load_text_file(path: Path, text_column: str, label_column: str) -> LabeledData:
+    """Read a CSV with a text column and a label column.
+
+    The fingerprint hashes the file's bytes and the two column names, so renaming the file
+    keeps the id and editing one cell changes it.
+    """
+    import datasets
+
+    datasets.disable_progress_bars()
+    try:
+        table = datasets.load_dataset("csv", data_files=str(path), split="train")
+    except Exception as exc:  # datasets raises many types for unreadable files
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise DataError(
+            f"cannot read {path} as CSV ({first})",
+            hint="check that the file is a comma-separated table with a header row",
+        ) from exc
+    columns = list(table.column_names)
+    for flag, column in (("--text-column", text_column), ("--label-column", label_column)):
+        if column not in columns:
+            raise DataError(
+                f"{path} has no column {column!r}; its columns are {', '.join(columns)}",
+                hint=f"pass {flag} with one of those names",
+            )
+    if len(table) == 0:
+        raise DataError(f"{path} has no rows", hint="pass a file with at least one example")
+    texts_raw: list[Any] = table[text_column]
+    labels: list[Any] = table[label_column]
+    for row, (text, label) in enumerate(zip(texts_raw, labels, strict=True), start=2):
+        if text is None or label is None:
+            which = text_column if text is None else label_column
+            raise DataError(
+                f"{path} line {row}: empty {which!r}",
+                hint="fill in or drop rows with missing values",
+            )
+    fingerprint = sha256_bytes(
+        f"{sha256_file(path)}\0{text_column}\0{label_column}".encode()
+    )[:32]
+    return LabeledData(
+        spec=str(path),
+        input_kind="text",
+        texts=[str(t) for t in texts_raw],
+        labels=list(labels),
+        fingerprint=fingerprint,
+    )

@@ -1,0 +1,51 @@
+"""Data spec strings: `builtin:NAME[@split]` or a file path (`.csv`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from uqcompress.errors import DataError
+
+BUILTIN_SPLITS: dict[str, tuple[str, ...]] = {"digits": ("train", "val", "test")}
+FILE_SUFFIXES = (".csv",)
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    raw: str
+    kind: Literal["builtin", "file"]
+    name: str  # builtin name, or the file path
+    split: str | None = None
+
+
+def parse_spec(raw: str) -> DataSpec:
+    """Parse and validate a spec string; raises DataError naming what is accepted."""
+    text = raw.strip()
+    if not text:
+        raise DataError("empty data spec", hint="pass --data builtin:digits or --data FILE.csv")
+    if text.startswith("builtin:"):
+        body = text.removeprefix("builtin:")
+        name, _, split = body.partition("@")
+        if name not in BUILTIN_SPLITS:
+            raise DataError(
+                f"unknown built-in dataset {name!r} in {raw!r}",
+                hint=f"built-in datasets: {', '.join('builtin:' + n for n in BUILTIN_SPLITS)}",
+            )
+        split = split or "train"
+        if split not in BUILTIN_SPLITS[name]:
+            raise DataError(
+                f"unknown split {split!r} of builtin:{name}",
+                hint=f"use one of: {', '.join(f'builtin:{name}@{s}' for s in BUILTIN_SPLITS[name])}",
+            )
+        return DataSpec(raw=text, kind="builtin", name=name, split=split)
+    path = Path(text)
+    if path.suffix.lower() not in FILE_SUFFIXES:
+        raise DataError(
+            f"unknown data spec {raw!r}: not builtin:NAME and not a {'/'.join(FILE_SUFFIXES)} file",
+            hint="pass --data builtin:digits[@train|@val|@test] or --data path/to/file.csv",
+        )
+    if not path.is_file():
+        raise DataError(f"data file {path} does not exist", hint="check the --data path")
+    return DataSpec(raw=text, kind="file", name=str(path))

@@ -1,0 +1,62 @@
+"""The error tree every user-facing failure goes through.
+
+Library code raises these; only ``cli/app.py`` turns them into a one-line message plus hint.
+A message states what was expected, what was found and names the artifact, file or layer;
+``hint`` names the flag or command that fixes it. Anything else that escapes is a bug.
+"""
+
+from __future__ import annotations
+
+
+class UqcError(Exception):
+    """Base class: a user-facing problem with a one-line message and a fix."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class ConfigError(UqcError):
+    """A flag value or configuration that cannot work (bad ratio, unknown preset, ...)."""
+
+
+class ArtifactError(UqcError):
+    """A path that is not the artifact a step expects (missing, wrong kind, occupied --out)."""
+
+
+class IntegrityError(ArtifactError):
+    """An artifact whose files do not match their recorded hashes, or that escapes its directory."""
+
+
+class SchemaError(ArtifactError):
+    """A manifest this version cannot read (newer kind_version, malformed JSON, missing keys)."""
+
+
+class IncompatibleInputError(UqcError):
+    """Inputs that cannot be combined (ensemble members with different labels, ...)."""
+
+
+class DataError(UqcError):
+    """A data spec, file, column or label that cannot be used."""
+
+
+class DependencyError(UqcError):
+    """An optional dependency (ONNX Runtime extra, ...) that is not installed."""
+
+
+class ParityError(UqcError):
+    """An exported model that disagrees with PyTorch beyond tolerance."""
+
+    exit_code = 3
+
+
+class QualityGateError(UqcError):
+    """A quality gate that failed; the artifact was still written."""
+
+    exit_code = 3

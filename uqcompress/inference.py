@@ -1,0 +1,46 @@
+"""Run a classifier over encoded data: logits and honest wall-clock timing."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+
+from uqcompress.data.encoding import EncodedData, make_loader, model_inputs
+
+if TYPE_CHECKING:
+    from torch import nn
+
+
+@dataclass(frozen=True)
+class Predictions:
+    logits: npt.NDArray[np.float32]  # [N, C]
+    seconds: float  # forward passes only, data collation excluded
+
+
+def predict_logits(
+    model: nn.Module, encoded: EncodedData, batch_size: int = 64, device: str = "cpu"
+) -> Predictions:
+    """Forward every example once in eval mode.
+
+    Shape: returns logits `[N, C]`.
+    """
+    import torch
+
+    model.eval()
+    model.to(device)
+    chunks: list[npt.NDArray[np.float32]] = []
+    seconds = 0.0
+    with torch.inference_mode():
+        for batch in make_loader(encoded, batch_size):
+            inputs = {k: v.to(device) for k, v in model_inputs(batch).items()}
+            start = time.perf_counter()
+            logits = model(**inputs).logits
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            seconds += time.perf_counter() - start
+            chunks.append(logits.float().cpu().numpy())
+    return Predictions(logits=np.concatenate(chunks, axis=0), seconds=seconds)

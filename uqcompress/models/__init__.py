@@ -1,0 +1,1 @@
+"""Model families, loading/saving, tokenizer assets and tiny test models."""

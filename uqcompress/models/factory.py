@@ -1,0 +1,64 @@
+"""Create new, untrained classifiers from a family preset (what `uqc init` runs)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from uqcompress.errors import ConfigError
+from uqcompress.models.families import family_by_name
+from uqcompress.models.loading import LoadedModel
+from uqcompress.models.preprocessing import ImagePreprocessing
+
+
+def create_model(
+    family_name: str,
+    labels: list[str],
+    preset: str = "tiny",
+    overrides: dict[str, Any] | None = None,
+    image_size: int | None = None,
+    patch_size: int | None = None,
+    seed: int = 0,
+) -> LoadedModel:
+    """A randomly initialised classifier; the same arguments always give the same weights."""
+    import torch
+
+    family = family_by_name(family_name)
+    if preset not in family.presets:
+        raise ConfigError(
+            f"unknown preset {preset!r} for family {family_name}",
+            hint=f"use --preset with one of: {', '.join(family.presets)}",
+        )
+    if family.input_kind == "text" and (image_size is not None or patch_size is not None):
+        raise ConfigError(
+            "--image-size/--patch-size apply to image families only",
+            hint="drop them, or use --family vit",
+        )
+    if len(labels) < 2:
+        raise ConfigError(
+            f"a classifier needs at least 2 labels, got {len(labels)}",
+            hint="pass --labels a,b[,c...] or --num-labels N with N >= 2",
+        )
+    try:
+        config = family.build_config(preset, overrides or {}, labels, image_size, patch_size)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"invalid model config: {exc}", hint="check the --set values") from exc
+    if config.hidden_size % config.num_attention_heads != 0:
+        raise ConfigError(
+            f"hidden_size {config.hidden_size} is not a multiple of num_attention_heads "
+            f"{config.num_attention_heads}",
+            hint="choose --set values where the heads divide the hidden size",
+        )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = family.classifier_class()(config)
+    model.eval()
+    loaded = LoadedModel(model=model, family=family, config=model.config, labels=list(labels))
+    if family.input_kind == "text":
+        from uqcompress.models.tokenizer import shipped_tokenizer
+
+        loaded.tokenizer = shipped_tokenizer(int(config.max_position_embeddings))
+    else:
+        loaded.preprocessing = ImagePreprocessing.default_for(
+            int(config.image_size), int(config.num_channels)
+        )
+    return loaded

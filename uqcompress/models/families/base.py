@@ -1,0 +1,55 @@
+"""What a model family must say about itself: presets, config, classes, where modules live."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from torch import nn
+    from transformers import PretrainedConfig, PreTrainedModel
+
+InputKind = Literal["text", "image"]
+
+
+@dataclass(frozen=True)
+class AttentionParts:
+    """The projections of one attention layer (later issues gate and prune through these)."""
+
+    query: nn.Linear
+    key: nn.Linear
+    value: nn.Linear
+    output: nn.Linear
+
+
+class Family(ABC):
+    """One transformers architecture family. Adding a family = one new file like bert.py."""
+
+    name: str
+    model_types: tuple[str, ...]
+    input_kind: InputKind
+    presets: dict[str, dict[str, Any]]
+
+    @abstractmethod
+    def build_config(
+        self,
+        preset: str,
+        overrides: dict[str, Any],
+        labels: list[str],
+        image_size: int | None = None,
+        patch_size: int | None = None,
+    ) -> PretrainedConfig:
+        """A transformers config for a new, untrained classifier."""
+
+    @abstractmethod
+    def classifier_class(self) -> type[PreTrainedModel]:
+        """The transformers class of this family's classifier."""
+
+    @abstractmethod
+    def attention_layers(self, model: nn.Module) -> list[AttentionParts]:
+        """The attention projections of every layer, in layer order."""
+
+    def max_length(self, config: PretrainedConfig) -> int | None:
+        """The longest input (tokens) the model accepts; None for images."""
+        return None

@@ -1,0 +1,127 @@
+"""Find, load and save models: uqc model artifacts and plain transformers directories alike."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from uqcompress.artifacts import MANIFEST_NAME, SourceRef, open_artifact
+from uqcompress.artifacts.hashing import directory_fingerprint
+from uqcompress.artifacts.reader import read_manifest
+from uqcompress.errors import ArtifactError, ConfigError
+from uqcompress.models.families import Family, family_for_config
+from uqcompress.models.preprocessing import ImagePreprocessing
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
+
+TRANSFORMERS_DIR = "transformers-dir"
+_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """Where a model comes from: a verified model artifact or a transformers directory."""
+
+    path: Path
+    ref: SourceRef
+    is_artifact: bool
+
+
+def resolve_model_source(path: Path | str, role: str = "model") -> ModelSource:
+    """Accept a model artifact, or a transformers `save_pretrained` directory as a lineage root."""
+    path = Path(path)
+    if (path / MANIFEST_NAME).is_file():
+        artifact = open_artifact(path, expect_kind="model")
+        return ModelSource(path=path, ref=SourceRef.of(role, artifact), is_artifact=True)
+    if path.is_dir() and (path / "config.json").is_file():
+        if not any((path / name).is_file() for name in _WEIGHT_FILES):
+            raise ArtifactError(
+                f"{path} has a config.json but no weights ({', '.join(_WEIGHT_FILES)})",
+                hint="save the model with save_pretrained() so the weights are written",
+            )
+        fingerprint = directory_fingerprint(path)
+        ref = SourceRef(role=role, path=path.resolve(), id=f"dir-{fingerprint}",
+                        kind=TRANSFORMERS_DIR)
+        return ModelSource(path=path, ref=ref, is_artifact=False)
+    read_manifest(path)  # raises the precise "does not exist / not an artifact" error
+    raise ArtifactError(f"{path} is not a model", hint="pass a model artifact")  # unreachable
+
+
+@dataclass
+class LoadedModel:
+    """A classifier ready to run, with everything needed to feed it data."""
+
+    model: PreTrainedModel
+    family: Family
+    config: PretrainedConfig
+    labels: list[str]
+    tokenizer: PreTrainedTokenizerBase | None = None
+    preprocessing: ImagePreprocessing | None = None
+
+    @property
+    def input_kind(self) -> str:
+        return self.family.input_kind
+
+    @property
+    def max_length(self) -> int | None:
+        return self.family.max_length(self.config)
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
+
+
+def labels_of(config: PretrainedConfig) -> list[str]:
+    id2label: dict[Any, str] = dict(config.id2label or {})
+    return [str(id2label.get(i, id2label.get(str(i), f"LABEL_{i}"))) for i in range(
+        int(config.num_labels))]
+
+
+def has_default_labels(labels: list[str]) -> bool:
+    """True when labels are transformers' placeholders LABEL_0..LABEL_{C-1} (no names given)."""
+    return labels == [f"LABEL_{i}" for i in range(len(labels))]
+
+
+def load_model(source: ModelSource) -> LoadedModel:
+    """Load the classifier, its labels and its tokenizer or image preprocessing (on CPU)."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    path = source.path
+    try:
+        config = AutoConfig.from_pretrained(str(path), trust_remote_code=False)
+    except (ValueError, OSError, KeyError) as exc:
+        raise ConfigError(
+            f"{path}/config.json cannot be read by transformers ({str(exc).splitlines()[0]})",
+            hint="pass a directory written by save_pretrained() of a BERT or ViT model",
+        ) from exc
+    family = family_for_config(config, str(path))
+    model = family.classifier_class().from_pretrained(str(path))
+    model.eval()
+    loaded = LoadedModel(model=model, family=family, config=model.config,
+                         labels=labels_of(model.config))
+    if family.input_kind == "text":
+        try:
+            loaded.tokenizer = AutoTokenizer.from_pretrained(str(path))
+        except (ValueError, OSError) as exc:
+            raise ArtifactError(
+                f"{path} holds a text model but no tokenizer files",
+                hint="save the tokenizer beside the model (tokenizer.save_pretrained(dir))",
+            ) from exc
+    else:
+        loaded.preprocessing = ImagePreprocessing.load(
+            path, int(config.image_size), int(config.num_channels)
+        )
+    return loaded
+
+
+def save_model(loaded: LoadedModel, directory: Path) -> None:
+    """Write weights (safetensors), config, tokenizer or preprocessing into ``directory``.
+
+    The result loads with plain `transformers.AutoModelFor...from_pretrained(directory)`.
+    """
+    loaded.model.save_pretrained(str(directory), safe_serialization=True)
+    if loaded.tokenizer is not None:
+        loaded.tokenizer.save_pretrained(str(directory))
+    if loaded.preprocessing is not None:
+        loaded.preprocessing.save(directory)

@@ -1,0 +1,124 @@
+"""`uqc finetune`: train a model artifact on labelled data with the shared training loop."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from uqcompress.artifacts import ArtifactWriter, OutputPlan
+from uqcompress.steps.common import StepResult, build_or_reuse
+
+# Keys that change where or how fast a step runs, not its result: kept out of the id.
+RUNTIME_KEYS = ("device", "threads")
+
+
+@dataclass(frozen=True)
+class FinetuneConfig:
+    data: str
+    val: str | None = None
+    epochs: int = 3
+    lr: float = 5e-4
+    batch_size: int = 32
+    seed: int = 0
+    max_length: int | None = None
+    text_column: str = "text"
+    label_column: str = "label"
+    device: str = "cpu"
+    threads: int = 1
+
+
+def run(model_path: Path, cfg: FinetuneConfig, out: Path | None = None,
+        force: bool = False) -> StepResult:
+    from uqcompress.data import load_data
+    from uqcompress.models.loading import resolve_model_source
+    from uqcompress.train import TrainConfig
+
+    train_cfg = TrainConfig(
+        epochs=cfg.epochs, lr=cfg.lr, batch_size=cfg.batch_size, seed=cfg.seed,
+        device=cfg.device,
+    )
+    train_cfg.validate()  # bad values fail before any data is read
+    source = resolve_model_source(model_path)
+    train_data = load_data(cfg.data, cfg.text_column, cfg.label_column)
+    val_data = load_data(cfg.val, cfg.text_column, cfg.label_column) if cfg.val else None
+    config = asdict(cfg)
+    data_entries = [train_data.manifest_entry("train")]
+    if val_data is not None:
+        data_entries.append(val_data.manifest_entry("val"))
+    plan = OutputPlan(
+        kind="model",
+        step="finetune",
+        config=config,
+        id_config={k: v for k, v in config.items() if k not in RUNTIME_KEYS},
+        inputs=[source.ref],
+        data=data_entries,
+        device=cfg.device,
+    )
+
+    def build(writer: ArtifactWriter) -> None:
+        from uqcompress.data.encoding import encode, make_loader
+        from uqcompress.data.labels import map_labels
+        from uqcompress.inference import predict_logits
+        from uqcompress.models.loading import has_default_labels, load_model, save_model
+        from uqcompress.steps.init import model_summary
+        from uqcompress.train import train
+        from uqcompress.uq.metrics import accuracy
+
+        loaded = load_model(source)
+        mapping = map_labels(train_data, loaded.labels, has_default_labels(loaded.labels))
+        if mapping.adopted_labels is not None:
+            _adopt_labels(loaded, mapping.adopted_labels)
+            writer.summary["labels_from_data"] = True
+            writer.warn(
+                f"the model had placeholder labels; adopted {len(loaded.labels)} label names "
+                f"from {train_data.spec}: {', '.join(loaded.labels)}"
+            )
+        encoded = encode(train_data, loaded, mapping.ids, cfg.max_length)
+        if encoded.truncated:
+            writer.warn(f"{encoded.truncated} training texts were truncated to the max length")
+        loader = make_loader(encoded, cfg.batch_size, shuffle=True, seed=cfg.seed)
+
+        validate: Any = None
+        if val_data is not None:
+            val_ids = map_labels(val_data, loaded.labels, placeholder=False).ids
+            val_encoded = encode(val_data, loaded, val_ids, cfg.max_length)
+
+            def validate(model: Any) -> dict[str, float]:
+                logits = predict_logits(model, val_encoded, device=cfg.device).logits
+                return {"acc": accuracy(_softmax(logits), val_ids)}
+
+        result = train(loaded.model, loader, train_cfg, validate=validate,
+                       description=f"finetune {loaded.family.name}")
+        loaded.model.to("cpu")
+        save_model(loaded, writer.dir)
+        writer.summary.update(model_summary(loaded))
+        writer.summary.update(
+            {
+                "trained": True,
+                "epochs": cfg.epochs,
+                "steps": result.steps,
+                "train_examples": len(train_data),
+                "train_seconds": round(result.seconds, 3),
+                "loss_curve": [round(v, 6) for v in result.loss_curve],
+            }
+        )
+        if result.val_curve:
+            writer.summary["val_acc_curve"] = [round(m["acc"], 6) for m in result.val_curve]
+            writer.summary["val_acc"] = round(result.val_curve[-1]["acc"], 6)
+
+    return build_or_reuse(plan, out, force, build)
+
+
+def _adopt_labels(loaded: Any, labels: list[str]) -> None:
+    loaded.labels = list(labels)
+    loaded.model.config.id2label = dict(enumerate(labels))
+    loaded.model.config.label2id = {name: i for i, name in enumerate(labels)}
+
+
+def _softmax(logits: Any) -> Any:
+    import numpy as np
+
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    exp = np.exp(shifted)
+    return exp / exp.sum(axis=1, keepdims=True)

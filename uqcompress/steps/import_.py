@@ -1,0 +1,36 @@
+"""`uqc import`: a transformers directory becomes a model artifact (a hashed lineage root)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from uqcompress.artifacts import ArtifactWriter, OutputPlan
+from uqcompress.errors import ArtifactError
+from uqcompress.steps.common import StepResult, build_or_reuse
+from uqcompress.steps.init import model_summary
+
+
+def run(source: Path, out: Path | None = None, force: bool = False) -> StepResult:
+    from uqcompress.models.loading import load_model, resolve_model_source, save_model
+
+    model_source = resolve_model_source(source)
+    if model_source.is_artifact:
+        raise ArtifactError(
+            f"{source} is already a uqc model artifact",
+            hint="use it directly as the input of the next step",
+        )
+    fingerprint = model_source.ref.id.removeprefix("dir-")
+    plan = OutputPlan(
+        kind="model",
+        step="import",
+        config={"source": str(Path(source).resolve()), "source_fingerprint": fingerprint},
+        id_config={"source_fingerprint": fingerprint},
+    )
+
+    def build(writer: ArtifactWriter) -> None:
+        loaded = load_model(model_source)
+        save_model(loaded, writer.dir)
+        writer.summary.update(model_summary(loaded))
+        writer.summary["source_fingerprint"] = fingerprint
+
+    return build_or_reuse(plan, out, force, build)

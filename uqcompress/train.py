@@ -1,0 +1,153 @@
+"""The one training loop (on `accelerate`), shared by finetune and every later training step.
+
+AdamW, linear warm-up then linear decay, gradient clipping, rich progress on stderr.
+Determinism: the same seed on CPU gives bitwise-identical weights (seeded global RNGs for
+dropout, a seeded generator for shuffling, no data-dependent parallelism).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from uqcompress.errors import ConfigError
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+    from torch.utils.data import DataLoader
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    epochs: int = 3
+    lr: float = 5e-4
+    batch_size: int = 32
+    seed: int = 0
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.1
+    max_grad_norm: float = 1.0
+    device: str = "cpu"
+
+    def validate(self) -> None:
+        if self.epochs < 1:
+            raise ConfigError(f"--epochs {self.epochs} must be at least 1", hint="pass --epochs 3")
+        if not (0 < self.lr < 1):
+            raise ConfigError(f"--lr {self.lr} must be in (0, 1)", hint="pass e.g. --lr 5e-4")
+        if self.batch_size < 1:
+            raise ConfigError(
+                f"--batch-size {self.batch_size} must be at least 1", hint="pass --batch-size 32"
+            )
+
+
+@dataclass
+class TrainResult:
+    loss_curve: list[float] = field(default_factory=list)  # mean training loss per epoch
+    val_curve: list[dict[str, float]] = field(default_factory=list)  # per-epoch validation
+    steps: int = 0
+    seconds: float = 0.0
+
+
+LossFn = Callable[["nn.Module", dict[str, Any]], "torch.Tensor"]
+ValidateFn = Callable[["nn.Module"], dict[str, float]]
+
+
+def classification_loss(model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
+    """Mean cross-entropy of a transformers classifier on one batch."""
+    import torch.nn.functional as F
+
+    labels = batch["labels"]
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    logits = model(**inputs).logits
+    return F.cross_entropy(logits, labels)
+
+
+def _linear_schedule(total: int, warmup: int) -> Callable[[int], float]:
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        return max(0.0, (total - step) / max(1, total - warmup))
+
+    return factor
+
+
+def train(
+    model: nn.Module,
+    loader: DataLoader,
+    cfg: TrainConfig,
+    loss_fn: LossFn = classification_loss,
+    validate: ValidateFn | None = None,
+    description: str = "training",
+) -> TrainResult:
+    """Train ``model`` in place; returns loss and validation curves."""
+    import torch
+    from accelerate import Accelerator
+    from accelerate.utils import set_seed
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+    from rich.progress import TimeElapsedColumn, TimeRemainingColumn
+
+    from uqcompress.console import stderr
+
+    cfg.validate()
+    set_seed(cfg.seed)
+    accelerator = Accelerator(cpu=cfg.device == "cpu")
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    steps_per_epoch = len(loader)
+    total = cfg.epochs * steps_per_epoch
+    warmup = max(1, math.ceil(cfg.warmup_ratio * total))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _linear_schedule(total, warmup))
+    model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
+
+    result = TrainResult()
+    start = time.perf_counter()
+    progress = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("loss {task.fields[loss]:.4f}"),
+        TextColumn("{task.fields[val]}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=stderr,
+        disable=not accelerator.is_main_process,
+        transient=False,
+    )
+    with progress:
+        task = progress.add_task(description, total=total, loss=float("nan"), val="")
+        for epoch in range(cfg.epochs):
+            model.train()
+            running, seen = 0.0, 0
+            for batch in loader:
+                loss = loss_fn(model, batch)
+                accelerator.backward(loss)
+                if cfg.max_grad_norm > 0:
+                    accelerator.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+                value = float(loss.detach())
+                if not math.isfinite(value):
+                    raise ConfigError(
+                        f"training diverged at epoch {epoch + 1} (loss {value})",
+                        hint="lower --lr",
+                    )
+                running += value
+                seen += 1
+                result.steps += 1
+                progress.update(task, advance=1, loss=running / seen)
+            result.loss_curve.append(running / max(1, seen))
+            if validate is not None:
+                model.eval()
+                metrics = validate(accelerator.unwrap_model(model))
+                result.val_curve.append(metrics)
+                shown = " ".join(f"val {k} {v:.4f}" for k, v in metrics.items())
+                progress.update(task, val=shown)
+    accelerator.wait_for_everyone()
+    unwrapped = accelerator.unwrap_model(model)
+    unwrapped.eval()
+    result.seconds = time.perf_counter() - start
+    return result

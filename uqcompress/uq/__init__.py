@@ -1,0 +1,1 @@
+"""Uncertainty quantification: torch ops for ensemble outputs and numpy calibration metrics."""

@@ -1,0 +1,133 @@
+"""Torch functions turning ensemble (multi-member) logits into predictive uncertainty.
+
+Conventions: ``B`` is the batch size, ``M`` the number of ensemble members (or
+stochastic forward passes) and ``C`` the number of classes. All logarithms are
+natural, so entropies and mutual information are in nats.
+
+Everything here is built from ops that export cleanly to ONNX (Softmax, Log, Mul,
+ReduceSum, ReduceMean, Clip, Sub, Cast); no Einsum, no xlogy.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+__all__ = [
+    "UncertaintyOutputs",
+    "entropy",
+    "mean_probs",
+    "mutual_information",
+    "uncertainty_outputs",
+]
+
+
+class UncertaintyOutputs(NamedTuple):
+    """Predictive distribution and its uncertainty decomposition.
+
+    Shape:
+        - probs: ``[B, C]`` mean over members of the member softmax.
+        - entropy: ``[B]`` total (predictive) entropy ``H(probs)`` in nats.
+        - mutual_info: ``[B]`` epistemic part (mutual information / BALD) in nats.
+    """
+
+    probs: torch.Tensor
+    entropy: torch.Tensor
+    mutual_info: torch.Tensor
+
+
+def _upcast(x: torch.Tensor) -> torch.Tensor:
+    """Return ``x`` as float64 if it already is, otherwise as float32."""
+    if x.dtype == torch.float64:
+        return x
+    return x.to(torch.float32)
+
+
+def _safe_log(p: torch.Tensor) -> torch.Tensor:
+    """``log(p)`` with ``p`` clamped at the smallest normal float, so ``0 * log 0`` is 0."""
+    return torch.log(p.clamp_min(torch.finfo(p.dtype).tiny))
+
+
+def _check_member_logits(member_logits: torch.Tensor) -> None:
+    if member_logits.dim() != 3:
+        raise ValueError(
+            "member_logits must have shape [B, M, C] (batch, members, classes); "
+            f"got {member_logits.dim()} dimensions with shape {tuple(member_logits.shape)}"
+        )
+
+
+def mean_probs(member_logits: torch.Tensor) -> torch.Tensor:
+    """Average the members' softmax distributions.
+
+    ``p_bar[b, c] = (1/M) * sum_m softmax(member_logits[b, m])[c]``. Computed in
+    float32 (float64 if the input is float64), whatever the input dtype.
+
+    Shape:
+        - member_logits: ``[B, M, C]``
+        - output: ``[B, C]``, rows sum to 1.
+    """
+    _check_member_logits(member_logits)
+    return torch.softmax(_upcast(member_logits), dim=-1).mean(dim=1)
+
+
+def entropy(probs: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Shannon entropy ``H(p) = -sum_c p_c * ln(p_c)`` in nats, with ``0 * ln 0 = 0``.
+
+    Ranges over ``[0, ln C]``: 0 for a one-hot distribution, ``ln C`` for the uniform
+    one. Computed in float32 (float64 if the input is float64).
+
+    Shape:
+        - probs: ``[..., C]`` (``C`` along ``dim``), non-negative, summing to 1 along ``dim``.
+        - output: ``[...]``, i.e. ``probs`` with ``dim`` removed.
+    """
+    p = _upcast(probs)
+    return -(p * _safe_log(p)).sum(dim=dim)
+
+
+def _mutual_information_from_probs(member_probs: torch.Tensor, p_bar: torch.Tensor) -> torch.Tensor:
+    # H(p_bar) - mean_m H(p_m) == mean_m sum_c p_mc * (ln p_mc - ln p_bar_c), i.e. the mean
+    # KL divergence of each member from the mixture. This form avoids cancellation between two
+    # large entropies and is exactly 0 when M == 1 (p_bar is then bitwise equal to p_1).
+    log_ratio = _safe_log(member_probs) - _safe_log(p_bar).unsqueeze(1)
+    mi = (member_probs * log_ratio).sum(dim=-1).mean(dim=1)
+    return mi.clamp_min(0.0)
+
+
+def mutual_information(member_logits: torch.Tensor) -> torch.Tensor:
+    """Mutual information between the prediction and the member (epistemic uncertainty).
+
+    ``MI = H(p_bar) - (1/M) * sum_m H(p_m)`` with ``p_m = softmax(member_logits[:, m])``
+    and ``p_bar = mean_probs(member_logits)`` (the BALD score). It is evaluated in the
+    equivalent form ``(1/M) * sum_m KL(p_m || p_bar)``, clamped at 0 against round-off.
+    Range ``[0, ln min(M, C)]``; 0 when all members agree, and exactly 0 when ``M == 1``.
+
+    Shape:
+        - member_logits: ``[B, M, C]``
+        - output: ``[B]``
+    """
+    _check_member_logits(member_logits)
+    member_probs = torch.softmax(_upcast(member_logits), dim=-1)
+    return _mutual_information_from_probs(member_probs, member_probs.mean(dim=1))
+
+
+def uncertainty_outputs(member_logits: torch.Tensor) -> UncertaintyOutputs:
+    """Predictive probabilities, total entropy and mutual information in one pass.
+
+    Equivalent to ``(mean_probs(x), entropy(mean_probs(x)), mutual_information(x))`` but
+    computes the member softmax once. Uses only ONNX-friendly ops, so it can sit at the end
+    of an exported graph.
+
+    Shape:
+        - member_logits: ``[B, M, C]``
+        - probs: ``[B, C]``; entropy: ``[B]``; mutual_info: ``[B]`` (all float32, or
+          float64 for float64 input).
+    """
+    _check_member_logits(member_logits)
+    member_probs = torch.softmax(_upcast(member_logits), dim=-1)
+    p_bar = member_probs.mean(dim=1)
+    return UncertaintyOutputs(
+        probs=p_bar,
+        entropy=entropy(p_bar),
+        mutual_info=_mutual_information_from_probs(member_probs, p_bar),
+    )
