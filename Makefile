@@ -30,12 +30,13 @@ setup: $(STAMP)
 demo: setup
 	$(BIN)/uqc demo
 
-test: setup
+# Lint and types first, then the tests (pytest's summary is the last line CI prints).
+test: setup lint
 	$(BIN)/python -m pytest -q
 
 lint: setup
-	$(BIN)/ruff check uqcompress tests benchmarks
-	$(BIN)/ruff format --check uqcompress tests benchmarks
+	$(BIN)/ruff check uqcompress tests
+	$(BIN)/ruff format --check uqcompress tests
 	$(BIN)/mypy
 
 clean:

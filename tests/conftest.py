@@ -39,8 +39,9 @@ def _artifacts_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-        ) -> Callable[..., CliResult]:
+def cli(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> Callable[..., CliResult]:
     """Run `uqc ARGS` in-process; returns exit code, stdout and stderr."""
     from uqcompress.cli.app import run
 
@@ -70,8 +71,9 @@ def sentiment_rows(n: int, seed: int) -> list[tuple[str, str]]:
     return rows
 
 
-def write_csv(path: Path, rows: list[tuple[object, object]], header: tuple[str, str] = (
-        "text", "label")) -> Path:
+def write_csv(
+    path: Path, rows: list[tuple[object, object]], header: tuple[str, str] = ("text", "label")
+) -> Path:
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
         writer.writerow(header)
@@ -98,23 +100,27 @@ def tiny_bert_artifact(session_root: Path) -> Path:
     """An untrained tiny BERT model artifact (labels neg,pos), built once per session."""
     from uqcompress.steps import init
 
-    return init.run(init.InitConfig(family="bert", labels=["neg", "pos"]),
-                    session_root / "bert-init").artifact.path
+    return init.run(
+        init.InitConfig(family="bert", labels=["neg", "pos"]), session_root / "bert-init"
+    ).artifact.path
 
 
 @pytest.fixture(scope="session")
 def tiny_vit_artifact(session_root: Path) -> Path:
     from uqcompress.steps import init
 
-    return init.run(init.InitConfig(family="vit", labels=[str(d) for d in range(10)]),
-                    session_root / "vit-init").artifact.path
+    return init.run(
+        init.InitConfig(family="vit", labels=[str(d) for d in range(10)]), session_root / "vit-init"
+    ).artifact.path
 
 
 @pytest.fixture(scope="session")
-def trained_bert_artifact(session_root: Path, tiny_bert_artifact: Path,
-                          sentiment_csv: dict[str, Path]) -> Path:
+def trained_bert_artifact(
+    session_root: Path, tiny_bert_artifact: Path, sentiment_csv: dict[str, Path]
+) -> Path:
     from uqcompress.steps import finetune
 
-    cfg = finetune.FinetuneConfig(data=str(sentiment_csv["train"]), epochs=8, lr=3e-3,
-                                  batch_size=16)
+    cfg = finetune.FinetuneConfig(
+        data=str(sentiment_csv["train"]), epochs=8, lr=3e-3, batch_size=16
+    )
     return finetune.run(tiny_bert_artifact, cfg, session_root / "bert-ft").artifact.path

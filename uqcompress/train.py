@@ -86,8 +86,14 @@ def train(
     import torch
     from accelerate import Accelerator
     from accelerate.utils import set_seed
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-    from rich.progress import TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     from uqcompress.console import stderr
 

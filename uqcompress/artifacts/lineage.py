@@ -41,12 +41,14 @@ def _walk(base: Path, inputs: list, depth: int, nodes: list[LineageNode], max_de
         try:
             manifest = read_manifest(target)
         except UqcError:
-            nodes.append(LineageNode(depth, ref.role, str(target), ref.id, ref.kind or "?", "?",
-                                     "missing"))
+            nodes.append(
+                LineageNode(depth, ref.role, str(target), ref.id, ref.kind or "?", "?", "missing")
+            )
             continue
         status = "ok" if manifest.id == ref.id else "changed"
         nodes.append(
-            LineageNode(depth, ref.role, str(target), manifest.id, manifest.kind, manifest.step,
-                        status)
+            LineageNode(
+                depth, ref.role, str(target), manifest.id, manifest.kind, manifest.step, status
+            )
         )
         _walk(target, manifest.inputs, depth + 1, nodes, max_depth)

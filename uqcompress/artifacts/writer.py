@@ -94,9 +94,7 @@ def resolve_destination(
     if not dest.exists():
         return dest, None
     if dest.is_file():
-        raise ArtifactError(
-            f"--out {dest} is a file", hint="choose a directory path for --out"
-        )
+        raise ArtifactError(f"--out {dest} is a file", hint="choose a directory path for --out")
     if force:
         return dest, None
     try:

@@ -20,6 +20,8 @@ from uqcompress import __version__
 from uqcompress.cli import demo_cmd, eval_cmd, finetune_cmd, import_cmd, init_cmd, inspect_cmd
 from uqcompress.errors import UqcError
 
+INTERRUPTED = 130
+
 app = typer.Typer(
     name="uqc",
     help="uqcompress: smaller transformer classifiers that know when they do not know.\n\n"
@@ -41,8 +43,9 @@ def _version(value: bool) -> None:
 def _root(
     version: Annotated[
         bool,
-        typer.Option("--version", help="Print the version and exit.", callback=_version,
-                     is_eager=True),
+        typer.Option(
+            "--version", help="Print the version and exit.", callback=_version, is_eager=True
+        ),
     ] = False,
 ) -> None:
     """uqcompress command line."""
@@ -73,8 +76,9 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
 def _error(message: str) -> None:
     from uqcompress.console import stderr
 
-    stderr.print(f"[bold red]error:[/bold red] {message}", soft_wrap=True, markup=True,
-                 highlight=False)
+    stderr.print(
+        f"[bold red]error:[/bold red] {message}", soft_wrap=True, markup=True, highlight=False
+    )
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -83,7 +87,11 @@ def run(argv: list[str] | None = None) -> int:
     command = typer.main.get_command(app)
     try:
         result = command.main(args=argv, prog_name="uqc", standalone_mode=False)
-        return result if isinstance(result, int) else 0
+        code = result if isinstance(result, int) else 0
+        if code == INTERRUPTED:
+            # Typer turns KeyboardInterrupt (and so our SIGTERM) into exit code 130 itself.
+            _error("interrupted; no artifact was written")
+        return code
     except UqcError as exc:
         if os.environ.get("UQC_DEBUG"):
             raise
@@ -101,8 +109,8 @@ def run(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"error: {exc.format_message()}\n")
         return exc.exit_code
     except (click.exceptions.Abort, KeyboardInterrupt):
-        sys.stderr.write("interrupted: nothing was written\n")
-        return 130
+        _error("interrupted; no artifact was written")
+        return INTERRUPTED
 
 
 def _escape(text: str) -> str:

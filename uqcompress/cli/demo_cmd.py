@@ -13,8 +13,12 @@ from uqcompress.cli.options import Device, Force, Json, Threads, setup_compute
 def demo(
     out: Annotated[
         Path | None,
-        typer.Option("--out", help="Directory for the demo's artifacts. Default: "
-                     "artifacts/demo (artifacts/demo-quick with --quick).", show_default=False),
+        typer.Option(
+            "--out",
+            help="Directory for the demo's artifacts. Default: "
+            "artifacts/demo (artifacts/demo-quick with --quick).",
+            show_default=False,
+        ),
     ] = None,
     quick: Annotated[
         bool, typer.Option("--quick", help="Tiny ViT, 2 epochs: checks the wiring in seconds.")

@@ -7,8 +7,17 @@ from typing import Annotated
 import typer
 
 from uqcompress.cli.options import (
-    BatchSize, Device, Force, Json, LabelColumn, MaxLength, Out, TextColumn, Threads,
-    resolve_input, setup_compute,
+    BatchSize,
+    Device,
+    Force,
+    Json,
+    LabelColumn,
+    MaxLength,
+    Out,
+    TextColumn,
+    Threads,
+    resolve_input,
+    setup_compute,
 )
 from uqcompress.errors import ConfigError
 
@@ -16,11 +25,13 @@ from uqcompress.errors import ConfigError
 def evaluate(
     models: Annotated[
         list[str],
-        typer.Argument(help="One model, or several for a deep ensemble ('-': read one "
-                       "path from stdin)."),
+        typer.Argument(
+            help="One model, or several for a deep ensemble ('-': read one path from stdin)."
+        ),
     ],
-    data: Annotated[str, typer.Option("--data", help="Labelled data: builtin:NAME[@split] "
-                                      "or FILE.csv.")],
+    data: Annotated[
+        str, typer.Option("--data", help="Labelled data: builtin:NAME[@split] or FILE.csv.")
+    ],
     batch_size: BatchSize = 64,
     max_length: MaxLength = None,
     text_column: TextColumn = "text",
@@ -41,8 +52,13 @@ def evaluate(
     paths = [resolve_input(m) for m in models]
     resolved_device, resolved_threads = setup_compute(device, threads)
     cfg = step.EvalConfig(
-        data=data, batch_size=batch_size, max_length=max_length, text_column=text_column,
-        label_column=label_column, device=resolved_device, threads=resolved_threads,
+        data=data,
+        batch_size=batch_size,
+        max_length=max_length,
+        text_column=text_column,
+        label_column=label_column,
+        device=resolved_device,
+        threads=resolved_threads,
     )
     result = step.run(paths, cfg, out, force)
     print_metrics([(str(result.artifact.path), result.artifact.manifest.summary)])

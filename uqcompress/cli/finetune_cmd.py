@@ -7,19 +7,31 @@ from typing import Annotated
 import typer
 
 from uqcompress.cli.options import (
-    BatchSize, Device, Force, Json, LabelColumn, MaxLength, Out, Seed, TextColumn, Threads,
-    resolve_input, setup_compute,
+    BatchSize,
+    Device,
+    Force,
+    Json,
+    LabelColumn,
+    MaxLength,
+    Out,
+    Seed,
+    TextColumn,
+    Threads,
+    resolve_input,
+    setup_compute,
 )
 
 
 def finetune(
     model: Annotated[str, typer.Argument(help="Model artifact or transformers dir ('-': stdin).")],
-    data: Annotated[str, typer.Option("--data", help="Training data: builtin:NAME[@split] "
-                                      "or FILE.csv.")],
+    data: Annotated[
+        str, typer.Option("--data", help="Training data: builtin:NAME[@split] or FILE.csv.")
+    ],
     val: Annotated[
         str | None,
-        typer.Option("--val", help="Validation data, scored after every epoch.",
-                     show_default=False),
+        typer.Option(
+            "--val", help="Validation data, scored after every epoch.", show_default=False
+        ),
     ] = None,
     epochs: Annotated[int, typer.Option("--epochs", help="Passes over the data.")] = 3,
     lr: Annotated[float, typer.Option("--lr", help="Peak AdamW learning rate.")] = 5e-4,
@@ -41,8 +53,16 @@ def finetune(
     model_path = resolve_input(model)
     resolved_device, resolved_threads = setup_compute(device, threads)
     cfg = step.FinetuneConfig(
-        data=data, val=val, epochs=epochs, lr=lr, batch_size=batch_size, seed=seed,
-        max_length=max_length, text_column=text_column, label_column=label_column,
-        device=resolved_device, threads=resolved_threads,
+        data=data,
+        val=val,
+        epochs=epochs,
+        lr=lr,
+        batch_size=batch_size,
+        seed=seed,
+        max_length=max_length,
+        text_column=text_column,
+        label_column=label_column,
+        device=resolved_device,
+        threads=resolved_threads,
     )
     emit(step.run(model_path, cfg, out, force), json_out)

@@ -33,28 +33,41 @@ def init(
     ] = "tiny",
     set_: Annotated[
         list[str] | None,
-        typer.Option("--set", help="Override a transformers config value, key=value "
-                     "(repeatable), e.g. --set num_hidden_layers=6."),
+        typer.Option(
+            "--set",
+            help="Override a transformers config value, key=value "
+            "(repeatable), e.g. --set num_hidden_layers=6.",
+        ),
     ] = None,
     labels: Annotated[
         str | None,
-        typer.Option("--labels", help="Comma-separated class names, e.g. neg,pos.",
-                     show_default=False),
+        typer.Option(
+            "--labels", help="Comma-separated class names, e.g. neg,pos.", show_default=False
+        ),
     ] = None,
     num_labels: Annotated[
         int | None,
-        typer.Option("--num-labels", help="Number of classes (names then come from the data).",
-                     show_default=False),
+        typer.Option(
+            "--num-labels",
+            help="Number of classes (names then come from the data).",
+            show_default=False,
+        ),
     ] = None,
     image_size: Annotated[
         int | None,
-        typer.Option("--image-size", help="ViT input side in pixels. Default: preset's "
-                     "(8 for tiny/small, 224 for base).", show_default=False),
+        typer.Option(
+            "--image-size",
+            help="ViT input side in pixels. Default: preset's (8 for tiny/small, 224 for base).",
+            show_default=False,
+        ),
     ] = None,
     patch_size: Annotated[
         int | None,
-        typer.Option("--patch-size", help="ViT patch side in pixels. Default: preset's "
-                     "(2 for tiny/small, 16 for base).", show_default=False),
+        typer.Option(
+            "--patch-size",
+            help="ViT patch side in pixels. Default: preset's (2 for tiny/small, 16 for base).",
+            show_default=False,
+        ),
     ] = None,
     seed: Seed = 0,
     out: Out = None,
@@ -67,7 +80,13 @@ def init(
 
     label_list = [x.strip() for x in labels.split(",")] if labels is not None else None
     cfg = step.InitConfig(
-        family=family, preset=preset, overrides=parse_sets(set_ or []), labels=label_list,
-        num_labels=num_labels, image_size=image_size, patch_size=patch_size, seed=seed,
+        family=family,
+        preset=preset,
+        overrides=parse_sets(set_ or []),
+        labels=label_list,
+        num_labels=num_labels,
+        image_size=image_size,
+        patch_size=patch_size,
+        seed=seed,
     )
     emit(step.run(cfg, out, force), json_out)

@@ -34,8 +34,11 @@ def inspect(
     manifest = read_manifest(path)
     lineage = walk_lineage(path)
     if json_out:
-        payload = {"path": str(path), "manifest": manifest.to_dict(),
-                   "lineage": [asdict(node) for node in lineage]}
+        payload = {
+            "path": str(path),
+            "manifest": manifest.to_dict(),
+            "lineage": [asdict(node) for node in lineage],
+        }
         sys.stdout.write(json.dumps(payload, indent=2) + "\n")
         return
     table = Table(title=f"{manifest.kind} artifact {path}", show_header=False)
@@ -50,9 +53,11 @@ def inspect(
     for key, value in manifest.config.items():
         table.add_row(f"config.{key}", _short(value))
     for entry in manifest.data:
-        table.add_row(f"data.{entry.get('role')}",
-                      f"{entry.get('spec')} ({entry.get('examples')} examples, "
-                      f"fingerprint {str(entry.get('fingerprint'))[:12]})")
+        table.add_row(
+            f"data.{entry.get('role')}",
+            f"{entry.get('spec')} ({entry.get('examples')} examples, "
+            f"fingerprint {str(entry.get('fingerprint'))[:12]})",
+        )
     table.add_row("env", _short(manifest.env, 120))
     for warning in manifest.warnings:
         table.add_row("warning", warning)

@@ -27,9 +27,7 @@ def _digits_splits() -> dict[str, npt.NDArray[np.int64]]:
 
     labels = load_digits().target
     index = np.arange(len(labels))
-    rest, test = train_test_split(
-        index, test_size=0.2, stratify=labels, random_state=DIGITS_SEED
-    )
+    rest, test = train_test_split(index, test_size=0.2, stratify=labels, random_state=DIGITS_SEED)
     # 10% of the whole = 12.5% of the remaining 80%.
     train, val = train_test_split(
         rest, test_size=0.125, stratify=labels[rest], random_state=DIGITS_SEED

@@ -110,8 +110,9 @@ def make_loader(
     from torch.utils.data import DataLoader
 
     generator = torch.Generator().manual_seed(seed) if shuffle else None
+    indices: Any = list(range(len(encoded)))  # a list is a valid map-style dataset
     return DataLoader(
-        list(range(len(encoded))),
+        indices,
         batch_size=batch_size,
         shuffle=shuffle,
         generator=generator,

@@ -45,9 +45,7 @@ def load_text_file(path: Path, text_column: str, label_column: str) -> LabeledDa
                 f"{path} line {row}: empty {which!r}",
                 hint="fill in or drop rows with missing values",
             )
-    fingerprint = sha256_bytes(
-        f"{sha256_file(path)}\0{text_column}\0{label_column}".encode()
-    )[:32]
+    fingerprint = sha256_bytes(f"{sha256_file(path)}\0{text_column}\0{label_column}".encode())[:32]
     return LabeledData(
         spec=str(path),
         input_kind="text",

@@ -35,9 +35,9 @@ def parse_spec(raw: str) -> DataSpec:
             )
         split = split or "train"
         if split not in BUILTIN_SPLITS[name]:
+            choices = ", ".join(f"builtin:{name}@{s}" for s in BUILTIN_SPLITS[name])
             raise DataError(
-                f"unknown split {split!r} of builtin:{name}",
-                hint=f"use one of: {', '.join(f'builtin:{name}@{s}' for s in BUILTIN_SPLITS[name])}",
+                f"unknown split {split!r} of builtin:{name}", hint=f"use one of: {choices}"
             )
         return DataSpec(raw=text, kind="builtin", name=name, split=split)
     path = Path(text)

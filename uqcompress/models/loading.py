@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 TRANSFORMERS_DIR = "transformers-dir"
+_TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer.model")
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 
 
@@ -42,8 +43,9 @@ def resolve_model_source(path: Path | str, role: str = "model") -> ModelSource:
                 hint="save the model with save_pretrained() so the weights are written",
             )
         fingerprint = directory_fingerprint(path)
-        ref = SourceRef(role=role, path=path.resolve(), id=f"dir-{fingerprint}",
-                        kind=TRANSFORMERS_DIR)
+        ref = SourceRef(
+            role=role, path=path.resolve(), id=f"dir-{fingerprint}", kind=TRANSFORMERS_DIR
+        )
         return ModelSource(path=path, ref=ref, is_artifact=False)
     read_manifest(path)  # raises the precise "does not exist / not an artifact" error
     raise ArtifactError(f"{path} is not a model", hint="pass a model artifact")  # unreachable
@@ -72,10 +74,18 @@ class LoadedModel:
         return sum(p.numel() for p in self.model.parameters())
 
 
+def quiet_transformers() -> None:
+    """No tqdm bars or info logs from transformers: our own progress goes to stderr."""
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()
+    logging.set_verbosity_error()
+
+
 def labels_of(config: PretrainedConfig) -> list[str]:
     id2label: dict[Any, str] = dict(config.id2label or {})
-    return [str(id2label.get(i, id2label.get(str(i), f"LABEL_{i}"))) for i in range(
-        int(config.num_labels))]
+    count = int(config.num_labels or 0)
+    return [str(id2label.get(i, id2label.get(str(i), f"LABEL_{i}"))) for i in range(count)]
 
 
 def has_default_labels(labels: list[str]) -> bool:
@@ -87,6 +97,7 @@ def load_model(source: ModelSource) -> LoadedModel:
     """Load the classifier, its labels and its tokenizer or image preprocessing (on CPU)."""
     from transformers import AutoConfig, AutoTokenizer
 
+    quiet_transformers()
     path = source.path
     try:
         config = AutoConfig.from_pretrained(str(path), trust_remote_code=False)
@@ -98,9 +109,15 @@ def load_model(source: ModelSource) -> LoadedModel:
     family = family_for_config(config, str(path))
     model = family.classifier_class().from_pretrained(str(path))
     model.eval()
-    loaded = LoadedModel(model=model, family=family, config=model.config,
-                         labels=labels_of(model.config))
+    loaded = LoadedModel(
+        model=model, family=family, config=model.config, labels=labels_of(model.config)
+    )
     if family.input_kind == "text":
+        if not any((path / name).is_file() for name in _TOKENIZER_FILES):
+            raise ArtifactError(
+                f"{path} holds a text model but no tokenizer files ({', '.join(_TOKENIZER_FILES)})",
+                hint="save the tokenizer beside the model (tokenizer.save_pretrained(dir))",
+            )
         try:
             loaded.tokenizer = AutoTokenizer.from_pretrained(str(path))
         except (ValueError, OSError) as exc:
@@ -120,6 +137,7 @@ def save_model(loaded: LoadedModel, directory: Path) -> None:
 
     The result loads with plain `transformers.AutoModelFor...from_pretrained(directory)`.
     """
+    quiet_transformers()
     loaded.model.save_pretrained(str(directory), safe_serialization=True)
     if loaded.tokenizer is not None:
         loaded.tokenizer.save_pretrained(str(directory))

@@ -40,19 +40,28 @@ def run(out: Path, quick: bool, device: str, threads: int, force: bool = False) 
     plan = QUICK if quick else FULL
     init = init_step.run(
         init_step.InitConfig(family="vit", preset=plan.preset, labels=DIGIT_LABELS, seed=0),
-        out / "model-init", force,
+        out / "model-init",
+        force,
     )
     finetuned = finetune_step.run(
         init.artifact.path,
         finetune_step.FinetuneConfig(
-            data="builtin:digits@train", val="builtin:digits@val", epochs=plan.epochs,
-            lr=plan.lr, batch_size=plan.batch_size, seed=0, device=device, threads=threads,
+            data="builtin:digits@train",
+            val="builtin:digits@val",
+            epochs=plan.epochs,
+            lr=plan.lr,
+            batch_size=plan.batch_size,
+            seed=0,
+            device=device,
+            threads=threads,
         ),
-        out / "model-finetuned", force,
+        out / "model-finetuned",
+        force,
     )
     evaluation = eval_step.run(
         [finetuned.artifact.path],
         eval_step.EvalConfig(data="builtin:digits@test", device=device, threads=threads),
-        out / "eval-test", force,
+        out / "eval-test",
+        force,
     )
     return DemoResult(init=init, finetune=finetuned, evaluation=evaluation, plan=plan)

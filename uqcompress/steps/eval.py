@@ -28,16 +28,18 @@ class EvalConfig:
     threads: int = 1
 
 
-def run(model_paths: list[Path], cfg: EvalConfig, out: Path | None = None,
-        force: bool = False) -> StepResult:
+def run(
+    model_paths: list[Path], cfg: EvalConfig, out: Path | None = None, force: bool = False
+) -> StepResult:
     from uqcompress.data import load_data
     from uqcompress.models.loading import resolve_model_source
 
     if not model_paths:
         raise ConfigError("no model to evaluate", hint="pass one or more MODEL paths")
     if cfg.batch_size < 1:
-        raise ConfigError(f"--batch-size {cfg.batch_size} must be at least 1",
-                          hint="pass --batch-size 64")
+        raise ConfigError(
+            f"--batch-size {cfg.batch_size} must be at least 1", hint="pass --batch-size 64"
+        )
     sources = [
         resolve_model_source(p, role="model" if len(model_paths) == 1 else f"member{i}")
         for i, p in enumerate(model_paths)

@@ -28,14 +28,18 @@ class FinetuneConfig:
     threads: int = 1
 
 
-def run(model_path: Path, cfg: FinetuneConfig, out: Path | None = None,
-        force: bool = False) -> StepResult:
+def run(
+    model_path: Path, cfg: FinetuneConfig, out: Path | None = None, force: bool = False
+) -> StepResult:
     from uqcompress.data import load_data
     from uqcompress.models.loading import resolve_model_source
     from uqcompress.train import TrainConfig
 
     train_cfg = TrainConfig(
-        epochs=cfg.epochs, lr=cfg.lr, batch_size=cfg.batch_size, seed=cfg.seed,
+        epochs=cfg.epochs,
+        lr=cfg.lr,
+        batch_size=cfg.batch_size,
+        seed=cfg.seed,
         device=cfg.device,
     )
     train_cfg.validate()  # bad values fail before any data is read
@@ -88,9 +92,15 @@ def run(model_path: Path, cfg: FinetuneConfig, out: Path | None = None,
                 logits = predict_logits(model, val_encoded, device=cfg.device).logits
                 return {"acc": accuracy(_softmax(logits), val_ids)}
 
-        result = train(loaded.model, loader, train_cfg, validate=validate,
-                       description=f"finetune {loaded.family.name}")
-        loaded.model.to("cpu")
+        result = train(
+            loaded.model,
+            loader,
+            train_cfg,
+            validate=validate,
+            description=f"finetune {loaded.family.name}",
+        )
+        trained: Any = loaded.model
+        trained.to("cpu")
         save_model(loaded, writer.dir)
         writer.summary.update(model_summary(loaded))
         writer.summary.update(

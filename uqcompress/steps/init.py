@@ -23,13 +23,15 @@ class InitConfig:
     seed: int = 0
 
     def resolved_labels(self) -> list[str]:
-        if self.labels is not None and self.num_labels is not None:
-            if len(self.labels) != self.num_labels:
-                raise ConfigError(
-                    f"--labels names {len(self.labels)} classes but --num-labels is "
-                    f"{self.num_labels}",
-                    hint="pass only one of --labels and --num-labels",
-                )
+        if (
+            self.labels is not None
+            and self.num_labels is not None
+            and len(self.labels) != self.num_labels
+        ):
+            raise ConfigError(
+                f"--labels names {len(self.labels)} classes but --num-labels is {self.num_labels}",
+                hint="pass only one of --labels and --num-labels",
+            )
         if self.labels is not None:
             if len(set(self.labels)) != len(self.labels) or any(not x for x in self.labels):
                 raise ConfigError(
@@ -63,7 +65,12 @@ def run(cfg: InitConfig, out: Path | None = None, force: bool = False) -> StepRe
         from uqcompress.models.loading import save_model
 
         loaded = create_model(
-            cfg.family, labels, cfg.preset, cfg.overrides, cfg.image_size, cfg.patch_size,
+            cfg.family,
+            labels,
+            cfg.preset,
+            cfg.overrides,
+            cfg.image_size,
+            cfg.patch_size,
             cfg.seed,
         )
         save_model(loaded, writer.dir)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 if TYPE_CHECKING:
     from torch import nn
@@ -29,7 +29,7 @@ class Family(ABC):
     name: str
     model_types: tuple[str, ...]
     input_kind: InputKind
-    presets: dict[str, dict[str, Any]]
+    presets: ClassVar[dict[str, dict[str, Any]]]
 
     @abstractmethod
     def build_config(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from uqcompress.models.families.base import AttentionParts, Family
 
@@ -15,18 +15,27 @@ class BertFamily(Family):
     name = "bert"
     model_types = ("bert",)
     input_kind = "text"
-    presets = {
+    presets: ClassVar[dict[str, dict[str, Any]]] = {
         "tiny": dict(
-            hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=64,
             max_position_embeddings=128,
         ),
         "small": dict(
-            hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024,
+            hidden_size=256,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            intermediate_size=1024,
             max_position_embeddings=512,
         ),
         "base": dict(
-            hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
-            intermediate_size=3072, max_position_embeddings=512,
+            hidden_size=768,
+            num_hidden_layers=12,
+            num_attention_heads=12,
+            intermediate_size=3072,
+            max_position_embeddings=512,
         ),
     }
 
@@ -57,7 +66,8 @@ class BertFamily(Family):
         return BertForSequenceClassification
 
     def attention_layers(self, model: nn.Module) -> list[AttentionParts]:
-        layers = model.bert.encoder.layer  # type: ignore[union-attr]
+        root: Any = model  # transformers modules are untyped attribute trees
+        layers = root.bert.encoder.layer
         return [
             AttentionParts(
                 query=layer.attention.self.query,

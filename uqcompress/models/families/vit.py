@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from uqcompress.errors import ConfigError
 from uqcompress.models.families.base import AttentionParts, Family
@@ -18,18 +18,34 @@ class ViTFamily(Family):
     input_kind = "image"
     # tiny/small default to 8x8 grey images in 2x2 patches (scikit-learn's digits: 16 tokens);
     # base is ViT-B/16 on 224x224 RGB.
-    presets = {
+    presets: ClassVar[dict[str, dict[str, Any]]] = {
         "tiny": dict(
-            hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-            image_size=8, patch_size=2, num_channels=1,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=64,
+            image_size=8,
+            patch_size=2,
+            num_channels=1,
         ),
         "small": dict(
-            hidden_size=64, num_hidden_layers=4, num_attention_heads=4, intermediate_size=128,
-            image_size=8, patch_size=2, num_channels=1, hidden_dropout_prob=0.1,
+            hidden_size=64,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            intermediate_size=128,
+            image_size=8,
+            patch_size=2,
+            num_channels=1,
+            hidden_dropout_prob=0.1,
         ),
         "base": dict(
-            hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
-            intermediate_size=3072, image_size=224, patch_size=16, num_channels=3,
+            hidden_size=768,
+            num_hidden_layers=12,
+            num_attention_heads=12,
+            intermediate_size=3072,
+            image_size=224,
+            patch_size=16,
+            num_channels=3,
         ),
     }
 
@@ -67,7 +83,8 @@ class ViTFamily(Family):
         return ViTForImageClassification
 
     def attention_layers(self, model: nn.Module) -> list[AttentionParts]:
-        layers = model.vit.layers  # type: ignore[union-attr]
+        root: Any = model  # transformers modules are untyped attribute trees
+        layers = root.vit.layers
         return [
             AttentionParts(
                 query=layer.attention.q_proj,

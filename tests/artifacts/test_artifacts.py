@@ -1,0 +1,158 @@
+"""Artifacts: deterministic ids, reuse, atomic writes, verification, lineage."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from uqcompress.artifacts import (
+    ArtifactWriter,
+    OutputPlan,
+    clean_stale_temp_dirs,
+    open_artifact,
+    resolve_destination,
+)
+from uqcompress.artifacts.hashing import artifact_id
+from uqcompress.artifacts.reader import safe_join
+from uqcompress.errors import ArtifactError, IntegrityError, SchemaError
+
+
+def _plan(value: int = 1) -> OutputPlan:
+    return OutputPlan(kind="eval", step="eval", config={"x": value}, id_config={"x": value})
+
+
+def _write(dest: Path, plan: OutputPlan, payload: str = "hello") -> Path:
+    with ArtifactWriter(dest, plan) as writer:
+        (writer.dir / "data.txt").write_text(payload)
+        (writer.dir / "sub").mkdir()
+        (writer.dir / "sub" / "more.txt").write_text("more")
+        writer.summary["answer"] = 42
+    return writer.artifact.path
+
+
+def test_id_is_deterministic_and_content_based() -> None:
+    a = artifact_id("model", 1, {"lr": 0.1}, ["in1"], ["fp1"])
+    assert a == artifact_id("model", 1, {"lr": 0.1}, ["in1"], ["fp1"])
+    assert a != artifact_id("model", 1, {"lr": 0.2}, ["in1"], ["fp1"])
+    assert a != artifact_id("model", 1, {"lr": 0.1}, ["in2"], ["fp1"])
+    assert a != artifact_id("model", 1, {"lr": 0.1}, ["in1"], ["fp2"])
+    assert a != artifact_id("model", 2, {"lr": 0.1}, ["in1"], ["fp1"])
+
+
+def test_written_artifact_records_hashes_and_verifies(tmp_path: Path) -> None:
+    path = _write(tmp_path / "a", _plan())
+    artifact = open_artifact(path)
+    assert set(artifact.manifest.files) == {"data.txt", "sub/more.txt"}
+    assert artifact.manifest.files["data.txt"].bytes == 5
+    assert artifact.manifest.summary == {"answer": 42}
+    assert artifact.manifest.env["python"]
+    raw = json.loads((path / "manifest.json").read_text())
+    assert list(raw)[:2] == ["schema", "schema_version"]
+    assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]
+
+
+def test_failure_inside_writer_leaves_nothing(tmp_path: Path) -> None:
+    dest = tmp_path / "never"
+    with pytest.raises(RuntimeError), ArtifactWriter(dest, _plan()) as writer:
+        (writer.dir / "half.bin").write_bytes(b"x" * 100)
+        raise RuntimeError("boom")
+    assert not dest.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_keyboard_interrupt_inside_writer_leaves_nothing(tmp_path: Path) -> None:
+    dest = tmp_path / "never"
+    with pytest.raises(KeyboardInterrupt), ArtifactWriter(dest, _plan()):
+        raise KeyboardInterrupt
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_same_id_is_reused_and_different_id_refused(tmp_path: Path) -> None:
+    dest = tmp_path / "a"
+    _write(dest, _plan(1))
+    reused_dest, existing = resolve_destination(_plan(1), dest, force=False)
+    assert existing is not None and existing.id == _plan(1).id and reused_dest == dest
+    with pytest.raises(ArtifactError, match="already holds a different eval artifact") as info:
+        resolve_destination(_plan(2), dest, force=False)
+    assert info.value.hint is not None and "--force" in info.value.hint
+    forced_dest, none = resolve_destination(_plan(2), dest, force=True)
+    assert none is None
+    _install = ArtifactWriter(forced_dest, _plan(2), force=True)
+    with _install as writer:
+        (writer.dir / "new.txt").write_text("new")
+    assert open_artifact(dest).id == _plan(2).id
+    assert not (dest / "data.txt").exists()
+
+
+def test_default_location_is_kind_and_id_prefix(tmp_path: Path, _artifacts_root: Path) -> None:
+    dest, existing = resolve_destination(_plan(3), None, force=False)
+    assert existing is None
+    assert dest == _artifacts_root / f"eval-{_plan(3).id[:8]}"
+
+
+def test_tampered_and_truncated_files_are_named(tmp_path: Path) -> None:
+    path = _write(tmp_path / "a", _plan())
+    (path / "data.txt").write_text("hellO")
+    with pytest.raises(IntegrityError, match=r"data\.txt.*sha256"):
+        open_artifact(path)
+    (path / "data.txt").write_text("hel")
+    with pytest.raises(IntegrityError, match=r"data\.txt.*3 bytes"):
+        open_artifact(path)
+    (path / "data.txt").unlink()
+    with pytest.raises(IntegrityError, match=r"missing data\.txt"):
+        open_artifact(path)
+
+
+def _edit_manifest(path: Path, **changes: object) -> None:
+    raw = json.loads((path / "manifest.json").read_text())
+    raw.update(changes)
+    (path / "manifest.json").write_text(json.dumps(raw))
+
+
+def test_paths_leaving_the_directory_are_refused(tmp_path: Path) -> None:
+    path = _write(tmp_path / "a", _plan())
+    (tmp_path / "evil.txt").write_text("x")
+    raw = json.loads((path / "manifest.json").read_text())
+    raw["files"]["../evil.txt"] = {"sha256": "0" * 64, "bytes": 1}
+    (path / "manifest.json").write_text(json.dumps(raw))
+    with pytest.raises(IntegrityError, match="outside the artifact"):
+        open_artifact(path)
+    with pytest.raises(IntegrityError, match="absolute"):
+        safe_join(path, "/etc/passwd")
+
+
+def test_newer_kind_version_is_refused_with_upgrade_hint(tmp_path: Path) -> None:
+    path = _write(tmp_path / "a", _plan())
+    _edit_manifest(path, kind_version=99)
+    with pytest.raises(SchemaError, match="kind_version 99") as info:
+        open_artifact(path)
+    assert info.value.hint is not None and "upgrade" in info.value.hint
+
+
+def test_unknown_kind_and_bad_json_are_schema_errors(tmp_path: Path) -> None:
+    path = _write(tmp_path / "a", _plan())
+    _edit_manifest(path, kind="mystery")
+    with pytest.raises(SchemaError, match="mystery"):
+        open_artifact(path)
+    (path / "manifest.json").write_text("{not json")
+    with pytest.raises(SchemaError, match="not valid JSON"):
+        open_artifact(path)
+
+
+def test_wrong_kind_is_refused(tmp_path: Path) -> None:
+    path = _write(tmp_path / "a", _plan())
+    with pytest.raises(ArtifactError, match=r"is a eval artifact; this step needs model"):
+        open_artifact(path, expect_kind="model")
+
+
+def test_stale_temp_dirs_of_dead_processes_are_cleaned(tmp_path: Path) -> None:
+    dead = tmp_path / ".model-x.tmp-999999999-abcd"
+    dead.mkdir()
+    alive = tmp_path / f".model-y.tmp-{os.getpid()}-abcd"
+    alive.mkdir()
+    removed = clean_stale_temp_dirs(tmp_path)
+    assert removed == [dead]
+    assert alive.exists() and not dead.exists()

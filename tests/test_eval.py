@@ -1,0 +1,108 @@
+"""`uqc eval`: metrics equal an independent computation; deep ensembles average probabilities."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from sklearn.metrics import accuracy_score, log_loss
+
+from uqcompress.artifacts import open_artifact
+from uqcompress.errors import IncompatibleInputError
+from uqcompress.models.loading import load_model, resolve_model_source
+from uqcompress.steps import eval as eval_step
+from uqcompress.steps import init
+
+
+def _reference_probs(model_path: Path, texts: list[str]) -> np.ndarray:
+    loaded = load_model(resolve_model_source(model_path))
+    assert loaded.tokenizer is not None
+    with torch.no_grad():
+        batch = loaded.tokenizer(texts, padding=True, truncation=True, return_tensors="pt")
+        probs = torch.softmax(loaded.model(**batch).logits.double(), -1).numpy()
+    return probs / probs.sum(axis=1, keepdims=True)
+
+
+def _csv(path: Path) -> tuple[list[str], np.ndarray]:
+    import csv
+
+    with path.open() as handle:
+        rows = list(csv.DictReader(handle))
+    return [r["text"] for r in rows], np.array([0 if r["label"] == "neg" else 1 for r in rows])
+
+
+def test_metrics_match_an_independent_computation(
+    tmp_path: Path, trained_bert_artifact: Path, sentiment_csv: dict[str, Path]
+) -> None:
+    result = eval_step.run(
+        [trained_bert_artifact],
+        eval_step.EvalConfig(data=str(sentiment_csv["test"]), batch_size=7),
+        tmp_path / "e",
+    )
+    metrics = json.loads((result.artifact.path / "metrics.json").read_text())
+    texts, labels = _csv(sentiment_csv["test"])
+    probs = _reference_probs(trained_bert_artifact, texts)
+    assert metrics["acc"] == pytest.approx(accuracy_score(labels, probs.argmax(1)))
+    assert metrics["nll"] == pytest.approx(log_loss(labels, probs, labels=[0, 1]), abs=1e-5)
+    assert metrics["brier"] == pytest.approx(
+        np.mean(np.sum((probs - np.eye(2)[labels]) ** 2, axis=1)), abs=1e-5
+    )
+    assert metrics["acc"] >= 0.85  # the toy task was learnt
+    assert metrics["examples"] == 40 and metrics["members"] == 1
+    assert metrics["latency_ms"] > 0 and metrics["parameters"] > 0
+    bins = json.loads((result.artifact.path / "reliability.json").read_text())
+    assert len(bins["count"]) == 15 and sum(bins["count"]) == 40
+
+
+def test_several_models_form_a_deep_ensemble(
+    tmp_path: Path,
+    trained_bert_artifact: Path,
+    tiny_bert_artifact: Path,
+    sentiment_csv: dict[str, Path],
+) -> None:
+    members = [trained_bert_artifact, tiny_bert_artifact]
+    result = eval_step.run(
+        members, eval_step.EvalConfig(data=str(sentiment_csv["test"])), tmp_path / "ens"
+    )
+    summary = result.artifact.manifest.summary
+    texts, labels = _csv(sentiment_csv["test"])
+    mean = (_reference_probs(members[0], texts) + _reference_probs(members[1], texts)) / 2
+    assert summary["members"] == 2
+    assert summary["nll"] == pytest.approx(log_loss(labels, mean, labels=[0, 1]), abs=1e-5)
+    assert [i.role for i in result.artifact.manifest.inputs] == ["member0", "member1"]
+
+
+def test_ensemble_members_must_share_labels(
+    tmp_path: Path, tiny_bert_artifact: Path, sentiment_csv: dict[str, Path]
+) -> None:
+    other = init.run(init.InitConfig(family="bert", labels=["pos", "neg"]), tmp_path / "o")
+    with pytest.raises(IncompatibleInputError, match="disagree on labels"):
+        eval_step.run(
+            [tiny_bert_artifact, other.artifact.path],
+            eval_step.EvalConfig(data=str(sentiment_csv["test"])),
+            tmp_path / "e",
+        )
+    assert not (tmp_path / "e").exists()
+
+
+def test_eval_artifact_is_reused_and_records_lineage(
+    cli,
+    trained_bert_artifact: Path,
+    sentiment_csv: dict[str, Path],  # type: ignore[no-untyped-def]
+) -> None:
+    first = cli("eval", str(trained_bert_artifact), "--data", str(sentiment_csv["test"]))
+    second = cli(
+        "eval",
+        str(trained_bert_artifact),
+        "--data",
+        str(sentiment_csv["test"]),
+        "--batch-size",
+        "3",
+    )
+    assert first.code == 0 and second.out == first.out
+    manifest = open_artifact(Path(first.out.strip())).manifest
+    assert manifest.inputs[0].id == open_artifact(trained_bert_artifact).id
+    assert manifest.data[0]["examples"] == 40

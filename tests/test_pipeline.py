@@ -1,0 +1,55 @@
+"""End to end: the demo in quick mode, and `inspect` walking the lineage back to the root."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from uqcompress.artifacts import open_artifact
+
+
+def test_quick_demo_runs_every_step(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    result = cli("demo", "--quick", "--out", str(tmp_path / "demo"))
+    assert result.code == 0, result.err
+    evaluation = open_artifact(Path(result.out.strip()), expect_kind="eval")
+    assert evaluation.manifest.summary["examples"] == 360  # builtin:digits@test
+    assert "builtin:digits@test" in result.err  # the table title
+    lineage = json.loads(cli("inspect", result.out.strip(), "--json").out)["lineage"]
+    assert [(n["kind"], n["step"]) for n in lineage] == [
+        ("eval", "eval"),
+        ("model", "finetune"),
+        ("model", "init"),
+    ]
+    assert all(n["status"] == "ok" for n in lineage)
+    again = cli("demo", "--quick", "--out", str(tmp_path / "demo"))
+    assert again.out == result.out and again.err.count("reusing") == 3
+
+
+def test_inspect_table_and_lineage_on_stderr(cli, trained_bert_artifact: Path) -> None:  # type: ignore[no-untyped-def]
+    result = cli("inspect", str(trained_bert_artifact))
+    assert result.code == 0
+    assert result.out.strip() == str(trained_bert_artifact)
+    assert "lineage" in result.err and "model/init" in result.err
+    assert "loss_curve" in result.err
+    assert "fingerprint" in result.err
+
+
+def test_inspect_marks_a_moved_parent_as_missing(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    parent = Path(
+        cli(
+            "init", "--family", "vit", "--num-labels", "10", "--out", str(tmp_path / "p")
+        ).out.strip()
+    )
+    child = cli(
+        "finetune",
+        str(parent),
+        "--data",
+        "builtin:digits@val",
+        "--epochs",
+        "1",
+        "--out",
+        str(tmp_path / "c"),
+    ).out.strip()
+    parent.rename(tmp_path / "moved")
+    lineage = json.loads(cli("inspect", child, "--json").out)["lineage"]
+    assert lineage[1]["status"] == "missing"
