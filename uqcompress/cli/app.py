@@ -13,7 +13,6 @@ import signal
 import sys
 from typing import Annotated, Any
 
-import click
 import typer
 
 from uqcompress import __version__
@@ -85,8 +84,11 @@ def run(argv: list[str] | None = None) -> int:
     """Run the CLI and return the exit code (tests call this; `main` exits with it)."""
     _quiet_libraries()
     command = typer.main.get_command(app)
+    args = sys.argv[1:] if argv is None else list(argv)
+    if not args:
+        args = ["--help"]  # a bare `uqc` shows the help and exits 0
     try:
-        result = command.main(args=argv, prog_name="uqc", standalone_mode=False)
+        result = command.main(args=args, prog_name="uqc", standalone_mode=False)
         code = result if isinstance(result, int) else 0
         if code == INTERRUPTED:
             # Typer turns KeyboardInterrupt (and so our SIGTERM) into exit code 130 itself.
@@ -98,17 +100,16 @@ def run(argv: list[str] | None = None) -> int:
         hint = f" (fix: {exc.hint})" if exc.hint else ""
         _error(_escape(f"{exc.message}{hint}"))
         return exc.exit_code
-    except click.exceptions.NoArgsIsHelpError as exc:
-        sys.stderr.write((exc.ctx.get_help() if exc.ctx else "") + "\n")
-        return 0
-    except click.UsageError as exc:
-        where = exc.ctx.command_path if exc.ctx else "uqc"
-        sys.stderr.write(f"error: {exc.format_message()} (see '{where} --help')\n")
-        return 2
-    except click.ClickException as exc:
-        sys.stderr.write(f"error: {exc.format_message()}\n")
-        return exc.exit_code
-    except (click.exceptions.Abort, KeyboardInterrupt):
+    except typer.TyperException as exc:
+        # Typer's usage errors (unknown option, missing argument, unparsable value) carry
+        # exit code 2 and a context naming the command; we keep them to one short line.
+        code = int(getattr(exc, "exit_code", 2))
+        ctx = getattr(exc, "ctx", None)
+        where = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+        sys.stderr.write(f"error: {message}{where}\n")
+        return code
+    except (typer.Abort, KeyboardInterrupt):
         _error("interrupted; no artifact was written")
         return INTERRUPTED
 

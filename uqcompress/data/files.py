@@ -16,8 +16,19 @@ def load_text_file(path: Path, text_column: str, label_column: str) -> LabeledDa
     The fingerprint hashes the file's bytes and the two column names, so renaming the file
     keeps the id and editing one cell changes it.
     """
+    import csv
+
     import datasets
 
+    with path.open(newline="", encoding="utf-8", errors="replace") as handle:
+        reader = csv.reader(handle)
+        header, first_row = next(reader, None), next(reader, None)
+    if header is None:
+        raise DataError(f"{path} is empty", hint="pass a CSV with a header row and examples")
+    if first_row is None:
+        raise DataError(
+            f"{path} has a header but no rows", hint="pass a file with at least one example"
+        )
     datasets.disable_progress_bars()
     try:
         table = datasets.load_dataset("csv", data_files=str(path), split="train")
