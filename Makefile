@@ -35,8 +35,8 @@ test: setup lint
 	$(BIN)/python -m pytest -q
 
 lint: setup
-	$(BIN)/ruff check uqcompress tests
-	$(BIN)/ruff format --check uqcompress tests
+	$(BIN)/ruff check uqcompress tests benchmarks
+	$(BIN)/ruff format --check uqcompress tests benchmarks
 	$(BIN)/mypy
 
 clean:

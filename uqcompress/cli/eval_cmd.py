@@ -61,5 +61,6 @@ def evaluate(
         threads=resolved_threads,
     )
     result = step.run(paths, cfg, out, force)
-    print_metrics([(str(result.artifact.path), result.artifact.manifest.summary)])
+    name = " + ".join(p.name for p in paths)
+    print_metrics([(name, result.artifact.manifest.summary)], title=f"uqc eval: {data}")
     emit(result, json_out)

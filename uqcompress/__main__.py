@@ -1,0 +1,5 @@
+"""`python -m uqcompress` = `uqc`."""
+
+from uqcompress.cli.app import main
+
+main()
