@@ -60,6 +60,11 @@ def test_model_artifact_loads_with_plain_transformers(
         reference = vit(pixel_values=pixels).logits
         assert torch.equal(reference, ours_vit.model(pixel_values=pixels).logits)
     assert ours_vit.preprocessing is not None and ours_vit.preprocessing.num_channels == 1
+    from transformers import AutoImageProcessor
+
+    processor = AutoImageProcessor.from_pretrained(tiny_vit_artifact)
+    assert processor.rescale_factor == pytest.approx(1 / 255)
+    assert list(processor.image_mean) == [0.5] and processor.do_resize is False
 
 
 def test_padded_batch_gives_the_same_logits_as_single_examples() -> None:

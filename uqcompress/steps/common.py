@@ -6,7 +6,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from uqcompress.artifacts import Artifact, ArtifactWriter, OutputPlan, resolve_destination
+from uqcompress.artifacts import (
+    Artifact,
+    ArtifactWriter,
+    OutputPlan,
+    clean_stale_temp_dirs,
+    resolve_destination,
+)
 from uqcompress.console import stderr
 
 
@@ -27,6 +33,8 @@ def build_or_reuse(
     if existing is not None:
         stderr.print(f"[dim]{dest}: same inputs and config as before, reusing it[/dim]")
         return StepResult(artifact=existing, reused=True)
+    # Temp dirs of killed processes (their pid is gone) would otherwise pile up here.
+    clean_stale_temp_dirs(dest.parent)
     with ArtifactWriter(dest, plan, force=force) as writer:
         build(writer)
     return StepResult(artifact=writer.artifact, reused=False)

@@ -81,6 +81,8 @@ def run(
                 )
             assert label_ids is not None
             encoded = encode(data, loaded, label_ids, cfg.max_length)
+            if encoded.truncated and source is sources[0]:
+                writer.warn(f"{encoded.truncated} texts were truncated to the max length")
             prediction = predict_logits(loaded.model, encoded, cfg.batch_size, cfg.device)
             member_logits.append(prediction.logits)
             seconds += prediction.seconds
