@@ -12,6 +12,8 @@ from typing import Any
 KIND_VERSIONS: dict[str, int] = {
     "model": 1,
     "eval": 1,
+    "onnx": 1,
+    "safetensors": 1,
 }
 
 # (kind, from_version) -> function turning a manifest dict of that version into the next one.

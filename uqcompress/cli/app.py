@@ -16,7 +16,16 @@ from typing import Annotated, Any
 import typer
 
 from uqcompress import __version__
-from uqcompress.cli import demo_cmd, eval_cmd, finetune_cmd, import_cmd, init_cmd, inspect_cmd
+from uqcompress.cli import (
+    demo_cmd,
+    eval_cmd,
+    export_cmd,
+    finetune_cmd,
+    import_cmd,
+    init_cmd,
+    inspect_cmd,
+    predict_cmd,
+)
 from uqcompress.errors import UqcError
 
 INTERRUPTED = 130
@@ -54,6 +63,8 @@ app.command("init")(init_cmd.init)
 app.command("import")(import_cmd.import_model)
 app.command("finetune")(finetune_cmd.finetune)
 app.command("eval")(eval_cmd.evaluate)
+app.command("export")(export_cmd.export)
+app.command("predict")(predict_cmd.predict)
 app.command("inspect")(inspect_cmd.inspect)
 app.command("verify")(inspect_cmd.verify)
 app.command("demo")(demo_cmd.demo)

@@ -32,6 +32,24 @@ def evaluate(
     data: Annotated[
         str, typer.Option("--data", help="Labelled data: builtin:NAME[@split] or FILE.csv.")
     ],
+    ood: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--ood",
+            help="Out-of-distribution data (repeatable), e.g. "
+            "builtin:photo-patches; labels not needed. Adds ood.<set>.<score>.* metrics.",
+            show_default=False,
+        ),
+    ] = None,
+    gate: Annotated[
+        str | None,
+        typer.Option(
+            "--gate",
+            help='Quality bounds, e.g. "acc>=0.9,ece<=0.05": exit 3 if one '
+            "fails (the artifact is still written).",
+            show_default=False,
+        ),
+    ] = None,
     batch_size: BatchSize = 64,
     max_length: MaxLength = None,
     text_column: TextColumn = "text",
@@ -53,6 +71,8 @@ def evaluate(
     resolved_device, resolved_threads = setup_compute(device, threads)
     cfg = step.EvalConfig(
         data=data,
+        ood=list(ood or []),
+        gate=gate,
         batch_size=batch_size,
         max_length=max_length,
         text_column=text_column,
@@ -62,5 +82,15 @@ def evaluate(
     )
     result = step.run(paths, cfg, out, force)
     name = " + ".join(p.name for p in paths)
-    print_metrics([(name, result.artifact.manifest.summary)], title=f"uqc eval: {data}")
+    summary = result.artifact.manifest.summary
+    print_metrics([(name, summary)], title=f"uqc eval: {data}")
     emit(result, json_out)
+    verdict = summary.get("gate")
+    if verdict is not None and not verdict["passed"]:
+        from uqcompress.errors import QualityGateError
+        from uqcompress.gates import describe_failures
+
+        raise QualityGateError(
+            f"quality gate failed: {describe_failures(verdict)}",
+            hint=f"see uqc inspect {result.artifact.path} (written), or revisit the bound",
+        )

@@ -8,26 +8,52 @@ from rich.table import Table
 
 from uqcompress.console import stderr
 
-METRIC_COLUMNS = (
-    ("acc", "acc", "{:.4f}"),
-    ("nll", "NLL", "{:.4f}"),
-    ("brier", "Brier", "{:.4f}"),
-    ("ece", "ECE", "{:.4f}"),
-    ("latency_ms", "ms/example", "{:.3f}"),
+LEADING = (
+    ("acc", "acc", "{:.3f}"),
+    ("nll", "NLL", "{:.3f}"),
+    ("brier", "Brier", "{:.3f}"),
+    ("ece", "ECE", "{:.3f}"),
+    ("aurc", "AURC", "{:.3f}"),
+)
+TRAILING = (
+    ("latency_ms", "ms/ex", "{:.3f}"),
     ("parameters", "params", "{:,}"),
     ("members", "M", "{}"),
 )
+TABLE_OOD_SCORE = "entropy"  # every model has it; MI needs M > 1
+
+
+def ood_sets(rows: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    names: list[str] = []
+    for _, metrics in rows:
+        for key in metrics:
+            if key.startswith("ood.") and key.count(".") == 3:
+                name = key.split(".")[1]
+                if name not in names:
+                    names.append(name)
+    return names
 
 
 def print_metrics(rows: list[tuple[str, dict[str, Any]]], title: str = "evaluation") -> None:
-    table = Table(title=title)
-    table.add_column("model")
-    for _, header, _ in METRIC_COLUMNS:
+    """One row per model; OOD columns (AUROC, FPR95 of predictive entropy) per OOD set."""
+    columns: list[tuple[str, str, str]] = list(LEADING)
+    for name in ood_sets(rows):
+        prefix = f"ood.{name}.{TABLE_OOD_SCORE}"
+        columns += [
+            (f"{prefix}.auroc", f"{name}\nAUROC", "{:.3f}"),
+            (f"{prefix}.fpr95", f"{name}\nFPR95", "{:.3f}"),
+        ]
+    columns += TRAILING
+    table = Table(
+        title=title, caption="OOD scored by predictive entropy" if len(columns) > 8 else None
+    )
+    table.add_column("model", overflow="fold")
+    for _, header, _ in columns:
         table.add_column(header, justify="right")
     for name, metrics in rows:
         cells = [
             fmt.format(metrics[key]) if metrics.get(key) is not None else "-"
-            for key, _, fmt in METRIC_COLUMNS
+            for key, _, fmt in columns
         ]
         table.add_row(name, *cells)
     stderr.print(table)

@@ -53,3 +53,45 @@ def load_digits_split(split: str) -> LabeledData:
         label_names=[str(d) for d in range(10)],
         fingerprint=fingerprint,
     )
+
+
+PHOTO_PATCHES = 1000
+PHOTO_PATCHES_SEED = 0
+
+
+@cache
+def _photo_patch_pixels() -> npt.NDArray[np.float32]:
+    from PIL import Image
+    from sklearn.datasets import load_sample_images
+
+    tiles = []
+    for photo in load_sample_images().images:  # china.jpg, flower.jpg: 427 x 640 RGB each
+        grey = np.asarray(Image.fromarray(photo).convert("L"), dtype=np.float32)
+        rows, cols = grey.shape[0] // 8, grey.shape[1] // 8
+        # [rows*8, cols*8] -> [rows, 8, cols, 8] -> [rows, cols, 8, 8]: non-overlapping tiles.
+        cut = grey[: rows * 8, : cols * 8].reshape(rows, 8, cols, 8).transpose(0, 2, 1, 3)
+        tiles.append(cut.reshape(-1, 8, 8))
+    every = np.concatenate(tiles, axis=0)  # [8480, 8, 8]
+    pick = np.sort(
+        np.random.default_rng(PHOTO_PATCHES_SEED).choice(len(every), PHOTO_PATCHES, replace=False)
+    )
+    return every[pick][:, None, :, :]  # [1000, 1, 8, 8]
+
+
+def load_photo_patches() -> LabeledData:
+    """`builtin:photo-patches`: out-of-distribution images for digit models.
+
+    Non-overlapping 8x8 tiles cut from scikit-learn's two bundled sample photographs
+    (china.jpg, flower.jpg), converted to grey with PIL's ITU-R 601-2 luma ("L"), a seeded
+    sample of 1,000 (numpy default_rng(0), without replacement, in tile order). On the digits'
+    0..16 scale a tile is grey / 255 * 16; presented like the digits (value * 255 / 16) that is
+    the grey value itself on the 0..255 scale. Unlabelled.
+    """
+    images = _photo_patch_pixels()
+    return LabeledData(
+        spec="builtin:photo-patches",
+        input_kind="image",
+        images=images,
+        labels=None,
+        fingerprint=sha256_bytes(b"photo-patches\0" + np.ascontiguousarray(images).tobytes())[:32],
+    )

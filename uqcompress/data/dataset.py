@@ -20,14 +20,28 @@ class LabeledData:
 
     spec: str
     input_kind: Literal["text", "image"]
-    labels: list[Any]
+    labels: list[Any] | None  # None: an unlabelled set (OOD data, inputs to predict)
     fingerprint: str
     texts: list[str] | None = None
     images: npt.NDArray[np.float32] | None = None
     label_names: list[str] | None = None
 
     def __len__(self) -> int:
-        return len(self.labels)
+        if self.labels is not None:
+            return len(self.labels)
+        if self.texts is not None:
+            return len(self.texts)
+        assert self.images is not None
+        return int(self.images.shape[0])
+
+    @property
+    def name(self) -> str:
+        """A short name for tables and metric keys: builtin name, or the file's stem."""
+        if self.spec.startswith("builtin:"):
+            return self.spec.removeprefix("builtin:").split("@")[0]
+        from pathlib import Path
+
+        return Path(self.spec).stem
 
     def manifest_entry(self, role: str) -> dict[str, Any]:
         return {

@@ -10,7 +10,9 @@ from uqcompress.data.dataset import LabeledData
 from uqcompress.errors import DataError
 
 
-def load_text_file(path: Path, text_column: str, label_column: str) -> LabeledData:
+def load_text_file(
+    path: Path, text_column: str, label_column: str, require_labels: bool = True
+) -> LabeledData:
     """Read a CSV with a text column and a label column.
 
     The fingerprint hashes the file's bytes and the two column names, so renaming the file
@@ -39,7 +41,11 @@ def load_text_file(path: Path, text_column: str, label_column: str) -> LabeledDa
             hint="check that the file is a comma-separated table with a header row",
         ) from exc
     columns = list(table.column_names)
-    for flag, column in (("--text-column", text_column), ("--label-column", label_column)):
+    labelled = require_labels or label_column in columns
+    needed = [("--text-column", text_column)]
+    if labelled:
+        needed.append(("--label-column", label_column))
+    for flag, column in needed:
         if column not in columns:
             raise DataError(
                 f"{path} has no column {column!r}; its columns are {', '.join(columns)}",
@@ -48,7 +54,7 @@ def load_text_file(path: Path, text_column: str, label_column: str) -> LabeledDa
     if len(table) == 0:
         raise DataError(f"{path} has no rows", hint="pass a file with at least one example")
     texts_raw: list[Any] = table[text_column]
-    labels: list[Any] = table[label_column]
+    labels: list[Any] = table[label_column] if labelled else [0] * len(texts_raw)
     for row, (text, label) in enumerate(zip(texts_raw, labels, strict=True), start=2):
         if text is None or label is None:
             which = text_column if text is None else label_column
@@ -56,11 +62,12 @@ def load_text_file(path: Path, text_column: str, label_column: str) -> LabeledDa
                 f"{path} line {row}: empty {which!r}",
                 hint="fill in or drop rows with missing values",
             )
-    fingerprint = sha256_bytes(f"{sha256_file(path)}\0{text_column}\0{label_column}".encode())[:32]
+    label_key = label_column if labelled else ""
+    fingerprint = sha256_bytes(f"{sha256_file(path)}\0{text_column}\0{label_key}".encode())[:32]
     return LabeledData(
         spec=str(path),
         input_kind="text",
         texts=[str(t) for t in texts_raw],
-        labels=list(labels),
+        labels=list(labels) if labelled else None,
         fingerprint=fingerprint,
     )

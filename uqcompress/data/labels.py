@@ -34,6 +34,10 @@ def map_labels(data: LabeledData, model_labels: list[str], placeholder: bool) ->
     """
     n_classes = len(model_labels)
     raw = data.labels
+    if raw is None:
+        raise DataError(
+            f"{data.spec} has no labels", hint="pass a labelled data set (a label column)"
+        )
     if not raw:
         raise DataError(f"{data.spec} has no examples", hint="pass a non-empty data set")
     all_int = all(_is_int(v) for v in raw)

@@ -8,7 +8,11 @@ from typing import Literal
 
 from uqcompress.errors import DataError
 
-BUILTIN_SPLITS: dict[str, tuple[str, ...]] = {"digits": ("train", "val", "test")}
+BUILTIN_SPLITS: dict[str, tuple[str, ...]] = {
+    "digits": ("train", "val", "test"),
+    "photo-patches": ("all",),
+}
+DEFAULT_SPLIT = {"digits": "train", "photo-patches": "all"}
 FILE_SUFFIXES = (".csv",)
 
 
@@ -33,7 +37,7 @@ def parse_spec(raw: str) -> DataSpec:
                 f"unknown built-in dataset {name!r} in {raw!r}",
                 hint=f"built-in datasets: {', '.join('builtin:' + n for n in BUILTIN_SPLITS)}",
             )
-        split = split or "train"
+        split = split or DEFAULT_SPLIT[name]
         if split not in BUILTIN_SPLITS[name]:
             choices = ", ".join(f"builtin:{name}@{s}" for s in BUILTIN_SPLITS[name])
             raise DataError(
@@ -44,7 +48,8 @@ def parse_spec(raw: str) -> DataSpec:
     if path.suffix.lower() not in FILE_SUFFIXES:
         raise DataError(
             f"unknown data spec {raw!r}: not builtin:NAME and not a {'/'.join(FILE_SUFFIXES)} file",
-            hint="pass --data builtin:digits[@train|@val|@test] or --data path/to/file.csv",
+            hint="pass --data builtin:digits[@train|@val|@test], builtin:photo-patches or "
+            "path/to/file.csv",
         )
     if not path.is_file():
         raise DataError(f"data file {path} does not exist", hint="check the --data path")

@@ -1,16 +1,17 @@
-"""`uqc eval`: accuracy and uncertainty quality of one model or a deep ensemble of several."""
+"""`uqc eval`: accuracy, calibration, selective prediction and OOD detection of one model, an
+exported ONNX model, or a deep ensemble of several."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from uqcompress.artifacts import ArtifactWriter, OutputPlan
-from uqcompress.errors import ConfigError, IncompatibleInputError
+from uqcompress.errors import ConfigError, DataError, IncompatibleInputError
 from uqcompress.steps.common import StepResult, build_or_reuse
 
 RUNTIME_KEYS = ("device", "threads", "batch_size")
@@ -20,6 +21,8 @@ ECE_BINS = 15
 @dataclass(frozen=True)
 class EvalConfig:
     data: str
+    ood: list[str] = field(default_factory=list)
+    gate: str | None = None
     batch_size: int = 64
     max_length: int | None = None
     text_column: str = "text"
@@ -32,7 +35,8 @@ def run(
     model_paths: list[Path], cfg: EvalConfig, out: Path | None = None, force: bool = False
 ) -> StepResult:
     from uqcompress.data import load_data
-    from uqcompress.models.loading import resolve_model_source
+    from uqcompress.gates import known_metrics, parse_gate
+    from uqcompress.members import peek_source
 
     if not model_paths:
         raise ConfigError("no model to evaluate", hint="pass one or more MODEL paths")
@@ -40,82 +44,107 @@ def run(
         raise ConfigError(
             f"--batch-size {cfg.batch_size} must be at least 1", hint="pass --batch-size 64"
         )
-    sources = [
-        resolve_model_source(p, role="model" if len(model_paths) == 1 else f"member{i}")
-        for i, p in enumerate(model_paths)
-    ]
+    roles = ["model"] if len(model_paths) == 1 else [f"member{i}" for i in range(len(model_paths))]
+    peeked = [peek_source(p, role) for p, role in zip(model_paths, roles, strict=True)]
+    members = sum(m for _, m in peeked)
     data = load_data(cfg.data, cfg.text_column, cfg.label_column)
-    config = {**asdict(cfg), "members": len(sources)}
+    ood_sets = [
+        load_data(s, cfg.text_column, cfg.label_column, require_labels=False) for s in cfg.ood
+    ]
+    names = [d.name for d in ood_sets]
+    if len(set(names)) != len(names):
+        raise DataError(
+            f"--ood sets share a name ({', '.join(names)})",
+            hint="give each OOD file a distinct file name",
+        )
+    bounds = parse_gate(cfg.gate, known_metrics(names, members)) if cfg.gate else []
+    config = {**asdict(cfg), "members": members}
     plan = OutputPlan(
         kind="eval",
         step="eval",
         config=config,
         id_config={k: v for k, v in config.items() if k not in RUNTIME_KEYS},
-        inputs=[s.ref for s in sources],
-        data=[data.manifest_entry("eval")],
+        inputs=[ref for ref, _ in peeked],
+        data=[data.manifest_entry("eval")] + [d.manifest_entry(f"ood:{d.name}") for d in ood_sets],
         device=cfg.device,
     )
 
     def build(writer: ArtifactWriter) -> None:
-        from uqcompress.data.encoding import encode
         from uqcompress.data.labels import map_labels
-        from uqcompress.inference import predict_logits
-        from uqcompress.models.loading import load_model
-        from uqcompress.uq.metrics import classification_metrics, reliability_bins
+        from uqcompress.gates import evaluate_gate
+        from uqcompress.members import combine, open_source
+        from uqcompress.uq import metrics as m
+        from uqcompress.uq.plots import save_ood_histograms, save_reliability_diagram
 
-        member_logits: list[np.ndarray] = []
-        seconds = 0.0
-        parameters = 0
-        labels: list[str] | None = None
-        label_ids = None
-        for source in sources:
-            loaded = load_model(source)
-            if labels is None:
-                labels = loaded.labels
-                label_ids = map_labels(data, labels, placeholder=False).ids
-            elif loaded.labels != labels:
+        sources = [
+            open_source(p, role, cfg.device, cfg.threads)
+            for p, role in zip(model_paths, roles, strict=True)
+        ]
+        labels = sources[0].labels
+        for source in sources[1:]:
+            if source.labels != labels:
                 raise IncompatibleInputError(
                     f"ensemble members disagree on labels: {source.path} has "
-                    f"{loaded.labels}, the first member has {labels}",
+                    f"{source.labels}, the first member has {labels}",
                     hint="ensemble only models trained on the same label set",
                 )
-            assert label_ids is not None
-            encoded = encode(data, loaded, label_ids, cfg.max_length)
-            if encoded.truncated and source is sources[0]:
-                writer.warn(f"{encoded.truncated} texts were truncated to the max length")
-            prediction = predict_logits(loaded.model, encoded, cfg.batch_size, cfg.device)
-            member_logits.append(prediction.logits)
-            seconds += prediction.seconds
-            parameters += loaded.num_parameters()
-        assert label_ids is not None and labels is not None
-        stacked = np.stack(member_logits, axis=1)  # [N, M, C]
-        probs = _mean_softmax(stacked)  # [N, C]
-        metrics: dict[str, Any] = classification_metrics(probs, label_ids)
+        label_ids = map_labels(data, labels, placeholder=False).ids
+        outputs = combine([s.predict(data, cfg.batch_size, cfg.max_length) for s in sources])
+        truncated = getattr(sources[0], "truncated", 0)
+        if truncated:
+            writer.warn(f"{truncated} texts were truncated to the max length")
+        member_probs = _softmax(outputs.member_logits)  # [N, M, C]
+        probs = outputs.probs
+        metrics: dict[str, Any] = m.classification_metrics(probs, label_ids)
+        metrics["aurc"] = m.aurc(probs, label_ids)
+        if outputs.member_logits.shape[1] > 1:
+            metrics["disagreement"] = m.disagreement(member_probs)
         n = len(label_ids)
         metrics.update(
             {
-                "latency_ms": 1000.0 * seconds / n,
-                "parameters": parameters,
-                "members": len(sources),
+                "latency_ms": 1000.0 * outputs.seconds / n,
+                "parameters": sum(s.parameters for s in sources),
+                "members": int(outputs.member_logits.shape[1]),
                 "examples": n,
             }
         )
-        bins = reliability_bins(probs, label_ids, n_bins=ECE_BINS)
+        in_scores = m.uncertainty_scores(member_probs)
+        ood_scores: dict[str, dict[str, np.ndarray]] = {}
+        for ood in ood_sets:
+            ood_out = combine([s.predict(ood, cfg.batch_size, cfg.max_length) for s in sources])
+            scores = m.uncertainty_scores(_softmax(ood_out.member_logits))
+            ood_scores[ood.name] = scores
+            for score, values in scores.items():
+                for key, value in m.ood_detection(in_scores[score], values).items():
+                    metrics[f"ood.{ood.name}.{score}.{key}"] = value
+        bins = m.reliability_bins(probs, label_ids, n_bins=ECE_BINS)
         (writer.dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
         (writer.dir / "reliability.json").write_text(
             json.dumps({k: _jsonable(v) for k, v in bins.items()}, indent=2) + "\n"
         )
+        save_reliability_diagram(
+            bins, writer.dir / "reliability.png", title=f"reliability on {data.spec}"
+        )
+        if ood_scores:
+            save_ood_histograms(
+                in_scores,
+                ood_scores,
+                writer.dir / "ood_scores.png",
+                title=f"uncertainty scores: {data.name} vs OOD",
+            )
         writer.extra_config["labels"] = labels
         writer.summary.update(metrics)
+        if bounds:
+            writer.summary["gate"] = evaluate_gate(bounds, metrics)
 
     return build_or_reuse(plan, out, force, build)
 
 
-def _mean_softmax(logits: np.ndarray) -> np.ndarray:
-    """Shape: `[N, M, C]` -> `[N, C]`, the mean of member softmaxes."""
-    shifted = logits - logits.max(axis=-1, keepdims=True)
-    exp = np.exp(shifted.astype(np.float64))
-    return (exp / exp.sum(axis=-1, keepdims=True)).mean(axis=1)
+def _softmax(logits: np.ndarray) -> np.ndarray:
+    """Shape: `[..., C]` -> `[..., C]` in float64."""
+    shifted = logits.astype(np.float64) - logits.max(axis=-1, keepdims=True)
+    exp = np.exp(shifted)
+    return exp / exp.sum(axis=-1, keepdims=True)
 
 
 def _jsonable(values: np.ndarray) -> list[float | None]:

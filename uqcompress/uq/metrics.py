@@ -8,6 +8,10 @@ are probability distributions (non-negative, summing to 1; this is assumed, not 
 ``labels`` is an integer array ``[N]`` with values in ``[0, C)``. Every function validates
 its inputs and raises ``ValueError`` on empty input, mismatched ``N``, wrong rank,
 non-finite probabilities, non-integer labels or labels out of range.
+
+Ensemble outputs ``member_probs`` are float arrays ``[N, M, C]`` with one probability row per
+member ``m`` (``M >= 1``); the ensemble prediction is the mean over members. Uncertainty and
+out-of-distribution (OOD) scores follow one convention: HIGHER means MORE uncertain.
 """
 
 from __future__ import annotations
@@ -19,11 +23,17 @@ import numpy.typing as npt
 
 __all__ = [
     "accuracy",
+    "aurc",
     "brier",
     "classification_metrics",
+    "disagreement",
     "ece",
+    "member_mutual_information",
     "nll",
+    "ood_detection",
+    "predictive_entropy",
     "reliability_bins",
+    "uncertainty_scores",
 ]
 
 FloatArray = npt.NDArray[np.floating[Any]]
@@ -190,3 +200,195 @@ def classification_metrics(probs: FloatArray, labels: IntArray) -> dict[str, flo
         "brier": brier(probs, labels),
         "ece": ece(probs, labels),
     }
+
+
+# --------------------------------------------------------------------------- uncertainty / OOD
+
+
+def _validate_prob_array(probs: FloatArray, ndim: int, name: str) -> npt.NDArray[np.float64]:
+    """Check rank, non-emptiness, dtype and finiteness of a probability array; return float64."""
+    p = np.asarray(probs)
+    layout = "[N, C]" if ndim == 2 else "[N, M, C]"
+    if p.ndim != ndim:
+        raise ValueError(f"{name} must be a {ndim}-D array {layout}; got shape {p.shape}")
+    if p.shape[0] == 0:
+        raise ValueError(f"{name} is empty (N = 0); metrics need at least one example")
+    if any(d == 0 for d in p.shape[1:]):
+        raise ValueError(f"{name} has an empty axis (shape {p.shape}); expected {layout} >= 1")
+    if not (np.issubdtype(p.dtype, np.floating) or np.issubdtype(p.dtype, np.integer)):
+        raise ValueError(f"{name} must be a real-valued numeric array; got dtype {p.dtype}")
+    p64 = p.astype(np.float64, copy=False)
+    if not np.all(np.isfinite(p64)):
+        raise ValueError(f"{name} contains NaN or infinite values")
+    return p64
+
+
+def _entropy(p: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """Shannon entropy in nats along the last axis, with ``0 ln 0 = 0``."""
+    safe = np.where(p > 0, p, 1.0)
+    return np.asarray(-np.sum(np.where(p > 0, p * np.log(safe), 0.0), axis=-1))
+
+
+def predictive_entropy(probs: FloatArray) -> npt.NDArray[np.float64]:
+    """Entropy of each predictive distribution, in nats (natural log).
+
+    ``H_i = -sum_c p_ic * ln(p_ic)`` with the convention ``0 * ln 0 = 0``. Range
+    ``[0, ln C]``: 0 for a one-hot row, ``ln C`` for the uniform distribution. Higher means
+    more uncertain.
+
+    Shape:
+        - probs: ``[N, C]``; output: ``[N]`` float64.
+    """
+    p = _validate_prob_array(probs, 2, "probs")
+    return _entropy(p)
+
+
+def member_mutual_information(member_probs: FloatArray) -> npt.NDArray[np.float64]:
+    """Mutual information between the prediction and the member (epistemic uncertainty).
+
+    ``MI_i = H(mean_m p_imc) - mean_m H(p_im.)`` in nats (the BALD / Jensen-Shannon
+    disagreement score), clamped at 0 against rounding. Range ``[0, min(ln C, ln M)]``;
+    exactly 0 when all members agree and for a single member (``M = 1``).
+
+    Shape:
+        - member_probs: ``[N, M, C]``; output: ``[N]`` float64.
+    """
+    p = _validate_prob_array(member_probs, 3, "member_probs")
+    if p.shape[1] == 1:
+        return np.zeros(p.shape[0], dtype=np.float64)
+    mi = _entropy(p.mean(axis=1)) - _entropy(p).mean(axis=1)
+    return np.maximum(mi, 0.0)
+
+
+def uncertainty_scores(member_probs: FloatArray) -> dict[str, npt.NDArray[np.float64]]:
+    """Per-example uncertainty scores of the ensemble; every score: higher = more uncertain.
+
+    With ``pbar_ic = mean_m p_imc`` (the ensemble prediction):
+        - ``"msp"``: ``1 - max_c pbar_ic`` (one minus the maximum softmax probability),
+          range ``[0, 1 - 1/C]``.
+        - ``"entropy"``: :func:`predictive_entropy` of ``pbar``, range ``[0, ln C]``.
+        - ``"mi"``: :func:`member_mutual_information`, only present when ``M > 1``.
+
+    Shape:
+        - member_probs: ``[N, M, C]``; output: dict of ``[N]`` float64 arrays.
+    """
+    p = _validate_prob_array(member_probs, 3, "member_probs")
+    mean = p.mean(axis=1)
+    scores: dict[str, npt.NDArray[np.float64]] = {
+        "msp": 1.0 - np.max(mean, axis=1),
+        "entropy": _entropy(mean),
+    }
+    if p.shape[1] > 1:
+        scores["mi"] = member_mutual_information(p)
+    return scores
+
+
+def _validate_scores(scores: FloatArray, name: str) -> npt.NDArray[np.float64]:
+    s = np.asarray(scores)
+    if s.ndim != 1:
+        raise ValueError(f"{name} must be a 1-D array [N]; got shape {s.shape}")
+    if s.shape[0] == 0:
+        raise ValueError(f"{name} is empty; OOD detection needs at least one score per set")
+    if not (np.issubdtype(s.dtype, np.floating) or np.issubdtype(s.dtype, np.integer)):
+        raise ValueError(f"{name} must be a real-valued numeric array; got dtype {s.dtype}")
+    s64 = s.astype(np.float64, copy=False)
+    if not np.all(np.isfinite(s64)):
+        raise ValueError(f"{name} contains NaN or infinite values")
+    return s64
+
+
+def ood_detection(scores_in: FloatArray, scores_out: FloatArray) -> dict[str, float]:
+    """Threshold-free OOD detection metrics, OOD = POSITIVE class, higher score = more OOD.
+
+    With ``n_in`` in-distribution scores ``s_in`` and ``n_out`` OOD scores ``s_out``:
+        - ``"auroc"``: ``P(s_out > s_in) + 0.5 * P(s_out == s_in)`` over all pairs (the
+          Mann-Whitney U statistic / (n_in * n_out), computed from mid-ranks). Range
+          ``[0, 1]``; 1 = perfectly separated, 0.5 = chance, 0 = perfectly reversed. Equals
+          ``sklearn.metrics.roc_auc_score``.
+        - ``"aupr"``: average precision ``sum_k (R_k - R_{k-1}) * P_k`` over the distinct
+          score thresholds ``t_k`` in decreasing order (tied scores form one threshold),
+          where ``P_k`` / ``R_k`` are precision / recall of flagging ``s >= t_k`` and
+          ``R_0 = 0``. Range ``(0, 1]``; chance level is ``n_out / (n_in + n_out)``. Equals
+          ``sklearn.metrics.average_precision_score`` (step-wise, no interpolation).
+        - ``"fpr95"``: false-positive rate (fraction of in-distribution flagged) at the first
+          of those thresholds whose true-positive rate (fraction of OOD flagged) is
+          ``>= 0.95``; equals ``fpr[argmax(tpr >= 0.95)]`` of
+          ``sklearn.metrics.roc_curve(..., drop_intermediate=False)``. Range ``[0, 1]``,
+          lower is better.
+
+    Raises ``ValueError`` for empty, non-1-D or non-finite (NaN / inf) inputs.
+
+    Shape:
+        - scores_in: ``[N_in]``; scores_out: ``[N_out]``; output: dict of scalars.
+    """
+    s_in = _validate_scores(scores_in, "scores_in")
+    s_out = _validate_scores(scores_out, "scores_out")
+    n_in, n_out = s_in.shape[0], s_out.shape[0]
+    scores = np.concatenate([s_in, s_out])
+    is_out = np.concatenate([np.zeros(n_in), np.ones(n_out)])
+
+    # AUROC from mid-ranks (ties share the mean of their ranks).
+    _, inverse, counts = np.unique(scores, return_inverse=True, return_counts=True)
+    first_rank = np.cumsum(counts) - counts + 1  # 1-based rank of each group's first element
+    mid_rank = first_rank + (counts - 1) / 2.0
+    rank_sum_out = float(np.sum(mid_rank[inverse.reshape(-1)][n_in:]))
+    u_stat = rank_sum_out - n_out * (n_out + 1) / 2.0
+    auroc = u_stat / (n_in * n_out)
+
+    # Cumulative TP / FP counts at each distinct threshold, from the highest score down.
+    order = np.argsort(-scores, kind="stable")
+    sorted_scores = scores[order]
+    sorted_pos = is_out[order]
+    last_of_group = np.r_[np.nonzero(np.diff(sorted_scores))[0], scores.shape[0] - 1]
+    tps = np.cumsum(sorted_pos)[last_of_group]
+    fps = (last_of_group + 1) - tps
+    precision = tps / (tps + fps)
+    recall = tps / tps[-1]
+    aupr = float(np.sum(np.diff(np.r_[0.0, recall]) * precision))
+
+    fpr = fps / fps[-1]
+    fpr95 = float(fpr[np.argmax(recall >= 0.95)])
+    return {"auroc": float(auroc), "aupr": aupr, "fpr95": fpr95}
+
+
+def aurc(probs: FloatArray, labels: IntArray) -> float:
+    """Area under the risk-coverage curve of selective prediction (lower is better).
+
+    Confidence is ``conf_i = max_c p_ic`` and the prediction is ``argmax_c p_ic``. Examples
+    are sorted by confidence in decreasing order with a STABLE sort (tied confidences keep
+    their input order). With ``e_(j)`` = 1 if the j-th most confident prediction is wrong:
+
+        ``risk(k) = (1/k) * sum_{j<=k} e_(j)``,  ``AURC = (1/N) * sum_{k=1..N} risk(k)``.
+
+    Range ``[0, 1]``: 0 when every prediction is correct, 1 when every one is wrong. For a
+    fixed number of errors ``E`` the minimum is reached by a perfect ranking (all errors
+    least confident): ``(1/N) * sum_{k=N-E+1..N} (k - N + E) / k``.
+
+    Shape:
+        - probs: ``[N, C]``; labels: ``[N]``; output: scalar.
+    """
+    p, y = _validate(probs, labels)
+    conf = np.max(p, axis=1)
+    errors = (np.argmax(p, axis=1) != y).astype(np.float64)
+    order = np.argsort(-conf, kind="stable")
+    risk = np.cumsum(errors[order]) / np.arange(1, p.shape[0] + 1)
+    return float(np.mean(risk))
+
+
+def disagreement(member_probs: FloatArray) -> float:
+    """Mean fraction of members whose top-1 class differs from the ensemble's top-1 class.
+
+    ``D = (1/N) * sum_i (1/M) * sum_m [argmax_c p_imc != argmax_c pbar_ic]`` with
+    ``pbar_ic = mean_m p_imc``; ``argmax`` ties go to the lowest class index. Range
+    ``[0, 1]`` (the mean can favour a class that no member ranks first); 0 for identical
+    members and for ``M = 1``.
+
+    Shape:
+        - member_probs: ``[N, M, C]``; output: scalar.
+    """
+    p = _validate_prob_array(member_probs, 3, "member_probs")
+    if p.shape[1] == 1:
+        return 0.0
+    ens_pred = np.argmax(p.mean(axis=1), axis=1)
+    member_pred = np.argmax(p, axis=2)
+    return float(np.mean(member_pred != ens_pred[:, None]))

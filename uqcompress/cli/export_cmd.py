@@ -1,0 +1,69 @@
+"""`uqc export`: ONNX with the uncertainty outputs in the graph, or safetensors."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from uqcompress.cli.options import (
+    Device,
+    Force,
+    Json,
+    LabelColumn,
+    Out,
+    TextColumn,
+    Threads,
+    resolve_input,
+    setup_compute,
+)
+
+
+def export(
+    model: Annotated[str, typer.Argument(help="Model artifact or transformers dir ('-': stdin).")],
+    format_: Annotated[
+        str, typer.Option("--format", help="onnx or safetensors. Default: onnx.")
+    ] = "onnx",
+    data: Annotated[
+        str | None,
+        typer.Option(
+            "--data",
+            help="Real examples for the ONNX parity check (labels not "
+            "needed). Default: synthetic inputs.",
+            show_default=False,
+        ),
+    ] = None,
+    atol: Annotated[
+        float,
+        typer.Option(
+            "--atol",
+            help="Largest allowed |probs difference| ONNX vs "
+            "PyTorch (absolute, probability units).",
+        ),
+    ] = 1e-4,
+    opset: Annotated[int, typer.Option("--opset", help="ONNX opset (>= 18).")] = 18,
+    text_column: TextColumn = "text",
+    label_column: LabelColumn = "label",
+    device: Device = "cpu",
+    threads: Threads = None,
+    out: Out = None,
+    force: Force = False,
+    json_out: Json = False,
+) -> None:
+    """Export a model; ONNX must match PyTorch on real batches or nothing is written (exit 3)."""
+    from uqcompress.cli.output import emit
+    from uqcompress.steps import export as step
+
+    model_path = resolve_input(model)
+    resolved_device, resolved_threads = setup_compute(device, threads)
+    cfg = step.ExportConfig(
+        format=format_,
+        data=data,
+        atol=atol,
+        opset=opset,
+        text_column=text_column,
+        label_column=label_column,
+        device=resolved_device,
+        threads=resolved_threads,
+    )
+    emit(step.run(model_path, cfg, out, force), json_out)

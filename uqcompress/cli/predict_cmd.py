@@ -1,0 +1,64 @@
+"""`uqc predict`: one JSON object per example on stdout (JSONL)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from uqcompress.cli.options import (
+    BatchSize,
+    Device,
+    MaxLength,
+    TextColumn,
+    Threads,
+    resolve_input,
+    setup_compute,
+)
+
+
+def predict(
+    model: Annotated[
+        str, typer.Argument(help="Model artifact, transformers dir or ONNX artifact ('-': stdin).")
+    ],
+    data: Annotated[
+        str,
+        typer.Option(
+            "--data",
+            help="Examples: builtin:NAME[@split] or FILE.csv (a label column is not needed).",
+        ),
+    ],
+    batch_size: BatchSize = 64,
+    max_length: MaxLength = None,
+    text_column: TextColumn = "text",
+    device: Device = "cpu",
+    threads: Threads = None,
+) -> None:
+    """Predict: label, probs (by label), entropy and mutual_info per example, as JSONL.
+
+    ONNX artifacts run on the torch-free ONNX Runtime Predictor; models run in torch.
+    """
+    import json
+    import sys
+
+    from uqcompress.data import load_data
+    from uqcompress.members import open_source
+
+    model_path = resolve_input(model)
+    resolved_device, resolved_threads = setup_compute(device, threads)
+    examples = load_data(data, text_column=text_column, require_labels=False)
+    source = open_source(model_path, "model", resolved_device, resolved_threads)
+    outputs = source.predict(examples, batch_size, max_length)
+    labels = source.labels
+    write = sys.stdout.write
+    for i in range(len(examples)):
+        probs = outputs.probs[i]
+        record = {
+            "index": i,
+            "label": labels[int(probs.argmax())],
+            "probs": {label: round(float(p), 7) for label, p in zip(labels, probs, strict=True)},
+            "entropy": round(float(outputs.entropy[i]), 7),
+            "mutual_info": round(float(outputs.mutual_info[i]), 7),
+        }
+        write(json.dumps(record) + "\n")
+    sys.stdout.flush()

@@ -1,0 +1,1 @@
+"""Deployment: ONNX export with a parity gate, safetensors export, a torch-free predictor."""

@@ -1,0 +1,26 @@
+"""The deployment contract every exported ONNX graph follows, whatever the method.
+
+Outputs (DESIGN.md): `member_logits [B, M, C]` (M = 1 for a single model), `probs [B, C]`
+(mean of member softmaxes), `entropy [B]` (of `probs`), `mutual_info [B]` (entropy minus
+mean member entropy; 0 for M = 1). Metadata travels in the ONNX model's metadata_props
+under the keys below, JSON-encoded where structured.
+"""
+
+from __future__ import annotations
+
+OUTPUT_NAMES = ("member_logits", "probs", "entropy", "mutual_info")
+TEXT_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+IMAGE_INPUTS = ("pixel_values",)
+
+META_FORMAT = "uqc.format"  # contract version of this file
+META_SOURCE_ID = "uqc.source_id"  # id of the model artifact that was exported
+META_SOURCE_KIND = "uqc.source_kind"
+META_LABELS = "uqc.labels"  # JSON list, class index -> name
+META_INPUT_KIND = "uqc.input_kind"  # "text" or "image"
+META_INPUT_NAMES = "uqc.input_names"  # JSON list
+META_PREPROCESSING = "uqc.preprocessing"  # JSON object, see runtime.Preprocessing
+META_MEMBERS = "uqc.members"  # M
+
+FORMAT_VERSION = "1"
+TOKENIZER_FILE = "tokenizer.json"
+ONNX_FILE = "model.onnx"

@@ -1,0 +1,70 @@
+"""The torch module that gets exported: a classifier plus the uncertainty outputs.
+
+Every method plugs in through `member_logits`: a function from the model and its inputs to
+`[B, M, C]`. A single classifier is M = 1; ensembles and samplers return their own M.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from uqcompress.uq.functional import uncertainty_outputs
+
+MemberLogitsFn = Callable[[nn.Module, dict[str, torch.Tensor]], torch.Tensor]
+
+
+def single_model_logits(model: nn.Module, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Shape: logits `[B, C]` -> member_logits `[B, 1, C]`."""
+    return model(**inputs).logits.unsqueeze(1)
+
+
+def _outputs(member_logits: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    outputs = uncertainty_outputs(member_logits)
+    return member_logits.float(), outputs.probs, outputs.entropy, outputs.mutual_info
+
+
+class TextGraph(nn.Module):
+    """Shape: input_ids, attention_mask, token_type_ids `[B, T]` -> member_logits `[B, M, C]`,
+    probs `[B, C]`, entropy `[B]`, mutual_info `[B]`."""
+
+    def __init__(self, model: nn.Module, member_logits: MemberLogitsFn = single_model_logits):
+        super().__init__()
+        self.model = model
+        self.member_logits = member_logits
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor,
+    ) -> tuple[torch.Tensor, ...]:
+        inputs = {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "token_type_ids": token_type_ids,
+        }
+        return _outputs(self.member_logits(self.model, inputs))
+
+
+class ImageGraph(nn.Module):
+    """Shape: pixel_values `[B, C, H, W]` -> member_logits `[B, M, C]`, probs `[B, C]`,
+    entropy `[B]`, mutual_info `[B]`."""
+
+    def __init__(self, model: nn.Module, member_logits: MemberLogitsFn = single_model_logits):
+        super().__init__()
+        self.model = model
+        self.member_logits = member_logits
+
+    def forward(self, pixel_values: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return _outputs(self.member_logits(self.model, {"pixel_values": pixel_values}))
+
+
+def graph_for(model: nn.Module, input_kind: str, member_logits: Any = None) -> nn.Module:
+    """The exportable module for a model, in eval mode."""
+    fn = member_logits or single_model_logits
+    graph = TextGraph(model, fn) if input_kind == "text" else ImageGraph(model, fn)
+    return graph.eval()

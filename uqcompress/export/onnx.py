@@ -1,0 +1,251 @@
+"""Export to ONNX and prove it: the parity gate runs ONNX Runtime against PyTorch.
+
+The gate feeds *raw* examples through both deployment paths, the torch pipeline (our
+tokeniser/preprocessing + the model) and the torch-free Predictor (tokenizers/numpy + ONNX
+Runtime), in batches of a different size, length and padding than the trace example, so it
+catches graph, dynamic-axis and preprocessing drift alike.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import sys
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from uqcompress.data.dataset import LabeledData
+from uqcompress.errors import ConfigError
+from uqcompress.export import contract
+from uqcompress.models.loading import LoadedModel
+
+TRACE_BATCH = 2
+TRACE_LENGTH = 8
+PARITY_BATCH = 5  # differs from TRACE_BATCH on purpose
+PARITY_EXAMPLES = 64
+MIN_OPSET = 18  # the dynamo exporter's floor
+
+
+@dataclass
+class ParityReport:
+    atol: float
+    examples: int
+    batch_size: int
+    shapes: list[str] = field(default_factory=list)  # first input's shape per batch, "BxT"
+    padded_batches: int = 0
+    max_abs_diff: dict[str, float] = field(default_factory=dict)
+    argmax_agreement: float = 1.0
+    passed: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def describe(self) -> str:
+        diffs = ", ".join(f"{k} {v:.2e}" for k, v in self.max_abs_diff.items())
+        return (
+            f"max |diff| {diffs}; argmax agreement {self.argmax_agreement:.4f} over "
+            f"{self.examples} examples (atol {self.atol:g})"
+        )
+
+
+def _trace_inputs(loaded: LoadedModel) -> tuple[Any, ...]:
+    import torch
+
+    if loaded.input_kind == "text":
+        vocab = int(loaded.config.vocab_size)
+        generator = torch.Generator().manual_seed(0)
+        ids = torch.randint(5, vocab, (TRACE_BATCH, TRACE_LENGTH), generator=generator)
+        return ids, torch.ones_like(ids), torch.zeros_like(ids)
+    size, channels = int(loaded.config.image_size), int(loaded.config.num_channels)
+    return (torch.zeros(TRACE_BATCH, channels, size, size),)
+
+
+def export_graph(graph: Any, loaded: LoadedModel, path: Path, opset: int) -> None:
+    """Trace ``graph`` with the dynamo exporter into one self-contained `.onnx` file."""
+    import torch
+    from torch.export import Dim
+
+    if opset < MIN_OPSET:
+        raise ConfigError(f"--opset {opset} is below {MIN_OPSET}", hint=f"pass --opset {MIN_OPSET}")
+    batch = Dim("batch", min=1, max=1 << 16)
+    if loaded.input_kind == "text":
+        limit = loaded.max_length or 512
+        sequence = Dim("sequence", min=1, max=limit)
+        names: tuple[str, ...] = contract.TEXT_INPUTS
+        dynamic: tuple[dict[int, Any], ...] = tuple({0: batch, 1: sequence} for _ in names)
+    else:
+        names = contract.IMAGE_INPUTS
+        dynamic = ({0: batch},)
+    graph.eval()
+    # The exporter narrates on stdout, which carries only our result: send it to stderr.
+    logging.getLogger("torch.onnx").setLevel(logging.ERROR)
+    with warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr):
+        warnings.simplefilter("ignore")
+        program = torch.onnx.export(
+            graph,
+            _trace_inputs(loaded),
+            input_names=list(names),
+            output_names=list(contract.OUTPUT_NAMES),
+            dynamic_shapes=dynamic,
+            opset_version=opset,
+            dynamo=True,
+            external_data=False,
+            verbose=False,
+        )
+        assert program is not None
+        program.save(str(path), external_data=False)
+
+
+def write_metadata(path: Path, metadata: dict[str, str]) -> None:
+    import onnx
+
+    model = onnx.load(str(path))
+    del model.metadata_props[:]
+    for key, value in sorted(metadata.items()):
+        entry = model.metadata_props.add()
+        entry.key, entry.value = key, value
+    onnx.save(model, str(path))
+
+
+def metadata_for(
+    loaded: LoadedModel, source_id: str, source_kind: str, members: int = 1
+) -> dict[str, str]:
+    if loaded.input_kind == "text":
+        assert loaded.tokenizer is not None
+        preprocessing: dict[str, Any] = {
+            "type": "text",
+            "tokenizer": contract.TOKENIZER_FILE,
+            "max_length": loaded.max_length or 512,
+            "pad_token_id": int(loaded.tokenizer.pad_token_id or 0),
+        }
+        names = list(contract.TEXT_INPUTS)
+    else:
+        assert loaded.preprocessing is not None
+        p = loaded.preprocessing
+        preprocessing = {
+            "type": "image",
+            "image_size": p.image_size,
+            "num_channels": p.num_channels,
+            "rescale_factor": p.rescale_factor,
+            "image_mean": list(p.image_mean),
+            "image_std": list(p.image_std),
+            "pixel_scale": "0..255",
+        }
+        names = list(contract.IMAGE_INPUTS)
+    return {
+        contract.META_FORMAT: contract.FORMAT_VERSION,
+        contract.META_SOURCE_ID: source_id,
+        contract.META_SOURCE_KIND: source_kind,
+        contract.META_LABELS: json.dumps(loaded.labels),
+        contract.META_INPUT_KIND: loaded.input_kind,
+        contract.META_INPUT_NAMES: json.dumps(names),
+        contract.META_PREPROCESSING: json.dumps(preprocessing),
+        contract.META_MEMBERS: str(members),
+    }
+
+
+def synthetic_examples(loaded: LoadedModel, count: int = 12, seed: int = 1) -> LabeledData:
+    """Raw examples when no --data is given: texts of mixed lengths (so batches pad) drawn
+    from the tokenizer's vocabulary, or random images on the 0..255 scale."""
+    rng = np.random.default_rng(seed)
+    if loaded.input_kind == "text":
+        assert loaded.tokenizer is not None
+        words = [w for w in loaded.tokenizer.get_vocab() if w.isalpha() and len(w) > 2]
+        if not words:
+            words = ["a", "b", "c"]
+        lengths = [3, 17, 6, 30, 1, 11, 24, 2, 9, 40, 5, 14][:count]
+        texts = [" ".join(rng.choice(words, size=n)) for n in lengths]
+        return LabeledData(
+            spec="synthetic",
+            input_kind="text",
+            texts=texts,
+            labels=None,
+            fingerprint="synthetic-text",
+        )
+    size, channels = int(loaded.config.image_size), int(loaded.config.num_channels)
+    images = rng.uniform(0, 255, size=(count, channels, size, size)).astype(np.float32)
+    return LabeledData(
+        spec="synthetic",
+        input_kind="image",
+        images=images,
+        labels=None,
+        fingerprint="synthetic-image",
+    )
+
+
+def check_parity(
+    graph: Any, loaded: LoadedModel, predictor: Any, data: LabeledData, atol: float
+) -> ParityReport:
+    """Run both paths on up to PARITY_EXAMPLES raw examples in batches of PARITY_BATCH.
+
+    Synthetic examples of mixed lengths are always appended, so that padding and lengths
+    other than the trace example's are exercised even when the real data is uniform.
+    """
+    import torch
+
+    from uqcompress.data.encoding import collate, encode
+
+    subset = _concat(_head(data, PARITY_EXAMPLES), synthetic_examples(loaded))
+    n = len(subset)
+    encoded = encode(subset, loaded, np.zeros(n, dtype=np.int64))
+    report = ParityReport(atol=atol, examples=n, batch_size=PARITY_BATCH)
+    worst: dict[str, float] = dict.fromkeys(contract.OUTPUT_NAMES, 0.0)
+    agree = 0
+    graph.eval()
+    for start in range(0, n, PARITY_BATCH):
+        index = list(range(start, min(n, start + PARITY_BATCH)))
+        batch = {k: v for k, v in collate(encoded, index).items() if k != "labels"}
+        with torch.inference_mode():
+            reference = [t.float().numpy() for t in graph(**batch)]
+        if subset.input_kind == "text":
+            assert subset.texts is not None
+            onnx_inputs = predictor.encode_texts([subset.texts[i] for i in index])
+            report.padded_batches += int((onnx_inputs["attention_mask"] == 0).any())
+        else:
+            assert subset.images is not None
+            onnx_inputs = predictor.encode_pixels(subset.images[index])
+        first = next(iter(onnx_inputs.values()))
+        report.shapes.append("x".join(str(d) for d in first.shape))
+        got = predictor.run(onnx_inputs)
+        produced = [got.member_logits, got.probs, got.entropy, got.mutual_info]
+        for name, ref, out in zip(contract.OUTPUT_NAMES, reference, produced, strict=True):
+            if ref.shape != out.shape:
+                worst[name] = float("inf")
+                continue
+            worst[name] = max(worst[name], float(np.max(np.abs(ref - out))))
+        agree += int(np.sum(np.argmax(reference[1], axis=1) == np.argmax(got.probs, axis=1)))
+    report.max_abs_diff = worst
+    report.argmax_agreement = agree / n
+    report.passed = worst["probs"] <= atol and agree == n
+    return report
+
+
+def _concat(a: LabeledData, b: LabeledData) -> LabeledData:
+    if a.spec == b.spec:
+        return a
+    return LabeledData(
+        spec=f"{a.spec} + {b.spec}",
+        input_kind=a.input_kind,
+        labels=None,
+        fingerprint=a.fingerprint,
+        texts=(a.texts or []) + (b.texts or []) if a.input_kind == "text" else None,
+        images=np.concatenate([a.images, b.images])
+        if a.images is not None and b.images is not None
+        else None,
+    )
+
+
+def _head(data: LabeledData, n: int) -> LabeledData:
+    return LabeledData(
+        spec=data.spec,
+        input_kind=data.input_kind,
+        labels=None,
+        fingerprint=data.fingerprint,
+        texts=data.texts[:n] if data.texts is not None else None,
+        images=data.images[:n] if data.images is not None else None,
+    )

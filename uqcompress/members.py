@@ -1,0 +1,159 @@
+"""Anything that predicts: a torch model (artifact or transformers dir) or an ONNX artifact.
+
+`eval` and `predict` see both through one interface that returns member logits
+`[N, M, C]` plus the contract's uncertainty outputs, so an exported model is measured
+exactly as it will be deployed.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from uqcompress.artifacts import MANIFEST_NAME, SourceRef, open_artifact, read_manifest
+from uqcompress.data.dataset import LabeledData
+
+
+@dataclass(frozen=True)
+class MemberOutputs:
+    """Shape: member_logits `[N, M, C]`, probs `[N, C]`, entropy `[N]`, mutual_info `[N]`."""
+
+    member_logits: npt.NDArray[np.float32]
+    probs: npt.NDArray[np.float64]
+    entropy: npt.NDArray[np.float64]
+    mutual_info: npt.NDArray[np.float64]
+    seconds: float  # model time only (forward passes / ONNX Runtime runs)
+
+
+def combine(outputs: list[MemberOutputs]) -> MemberOutputs:
+    """Members of several sources side by side: a deep ensemble over all their members."""
+    from uqcompress.uq.metrics import member_mutual_information, predictive_entropy
+
+    if len(outputs) == 1:
+        return outputs[0]
+    logits = np.concatenate([o.member_logits for o in outputs], axis=1)  # [N, sum M, C]
+    member_probs = _softmax(logits)
+    probs = member_probs.mean(axis=1)
+    return MemberOutputs(
+        member_logits=logits,
+        probs=probs,
+        entropy=predictive_entropy(probs),
+        mutual_info=member_mutual_information(member_probs),
+        seconds=sum(o.seconds for o in outputs),
+    )
+
+
+def _softmax(logits: npt.NDArray[Any]) -> npt.NDArray[np.float64]:
+    shifted = logits.astype(np.float64) - logits.max(axis=-1, keepdims=True)
+    exp = np.exp(shifted)
+    return exp / exp.sum(axis=-1, keepdims=True)
+
+
+class PredictionSource(ABC):
+    """One input of `eval`/`predict`."""
+
+    ref: SourceRef
+    path: Path
+    labels: list[str]
+    input_kind: str
+    members: int
+    parameters: int
+
+    @abstractmethod
+    def predict(self, data: LabeledData, batch_size: int, max_length: int | None) -> MemberOutputs:
+        """Run every example once."""
+
+
+class TorchSource(PredictionSource):
+    def __init__(self, path: Path, role: str, device: str) -> None:
+        from uqcompress.models.loading import load_model, resolve_model_source
+
+        source = resolve_model_source(path, role)
+        self.ref, self.path, self.device = source.ref, path, device
+        self.loaded = load_model(source)
+        self.labels = self.loaded.labels
+        self.input_kind = self.loaded.input_kind
+        self.members = 1
+        self.parameters = self.loaded.num_parameters()
+
+    def predict(self, data: LabeledData, batch_size: int, max_length: int | None) -> MemberOutputs:
+        import torch
+
+        from uqcompress.data.encoding import encode
+        from uqcompress.inference import predict_logits
+        from uqcompress.uq.functional import uncertainty_outputs
+
+        encoded = encode(data, self.loaded, np.zeros(len(data), dtype=np.int64), max_length)
+        self.truncated = encoded.truncated
+        prediction = predict_logits(self.loaded.model, encoded, batch_size, self.device)
+        member_logits = prediction.logits[:, None, :]  # [N, C] -> [N, 1, C]
+        outputs = uncertainty_outputs(torch.from_numpy(member_logits).double())
+        return MemberOutputs(
+            member_logits=member_logits,
+            probs=outputs.probs.numpy(),
+            entropy=outputs.entropy.numpy(),
+            mutual_info=outputs.mutual_info.numpy(),
+            seconds=prediction.seconds,
+        )
+
+
+class OnnxSource(PredictionSource):
+    def __init__(self, path: Path, role: str, device: str, threads: int | None) -> None:
+        from uqcompress.export.runtime import Predictor
+
+        artifact = open_artifact(path, expect_kind="onnx")
+        self.ref, self.path = SourceRef.of(role, artifact), path
+        self.predictor = Predictor(path, device=device, threads=threads)
+        self.labels = self.predictor.labels
+        self.input_kind = self.predictor.input_kind
+        self.members = self.predictor.members
+        self.parameters = int(artifact.manifest.summary.get("parameters", 0))
+
+    def predict(self, data: LabeledData, batch_size: int, max_length: int | None) -> MemberOutputs:
+        from uqcompress.errors import DataError
+
+        if data.input_kind != self.input_kind:
+            raise DataError(
+                f"{data.spec} holds {data.input_kind} examples; {self.path} takes "
+                f"{self.input_kind}",
+                hint="pass data of the kind the model was built for",
+            )
+        start = time.perf_counter()
+        if data.input_kind == "text":
+            assert data.texts is not None
+            result = self.predictor.predict_texts(data.texts, batch_size)
+        else:
+            assert data.images is not None
+            result = self.predictor.predict_pixels(data.images, batch_size)
+        return MemberOutputs(
+            member_logits=result.member_logits,
+            probs=result.probs.astype(np.float64),
+            entropy=result.entropy.astype(np.float64),
+            mutual_info=result.mutual_info.astype(np.float64),
+            seconds=time.perf_counter() - start,
+        )
+
+
+def peek_source(path: Path, role: str) -> tuple[SourceRef, int]:
+    """Identity and member count of an input without loading it (ids are known up front)."""
+    from uqcompress.models.loading import resolve_model_source
+
+    if (path / MANIFEST_NAME).is_file() and read_manifest(path).kind == "onnx":
+        artifact = open_artifact(path, expect_kind="onnx")
+        return SourceRef.of(role, artifact), int(artifact.manifest.summary.get("members", 1))
+    return resolve_model_source(path, role).ref, 1
+
+
+def open_source(
+    path: Path, role: str, device: str = "cpu", threads: int | None = None
+) -> PredictionSource:
+    """A model artifact or transformers dir runs in torch; an onnx artifact in ONNX Runtime."""
+    if (path / MANIFEST_NAME).is_file() and read_manifest(path).kind == "onnx":
+        return OnnxSource(path, role, device, threads)
+    return TorchSource(path, role, device)

@@ -1,0 +1,140 @@
+"""`uqc export`: ONNX (parity-gated, uncertainty in the graph) or plain safetensors."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from uqcompress.artifacts import ArtifactWriter, OutputPlan
+from uqcompress.errors import ConfigError, ParityError
+from uqcompress.steps.common import StepResult, build_or_reuse
+
+FORMATS = ("onnx", "safetensors")
+RUNTIME_KEYS = ("device", "threads")
+
+
+@dataclass(frozen=True)
+class ExportConfig:
+    format: str = "onnx"
+    data: str | None = None
+    atol: float = 1e-4
+    opset: int = 18
+    text_column: str = "text"
+    label_column: str = "label"
+    device: str = "cpu"
+    threads: int = 1
+
+    def validate(self) -> None:
+        if self.format not in FORMATS:
+            raise ConfigError(
+                f"unknown --format {self.format!r}", hint=f"use one of: {', '.join(FORMATS)}"
+            )
+        if not 0 < self.atol < 1:
+            raise ConfigError(f"--atol {self.atol} must be in (0, 1)", hint="pass --atol 1e-4")
+
+
+def run(
+    model_path: Path, cfg: ExportConfig, out: Path | None = None, force: bool = False
+) -> StepResult:
+    from uqcompress.data import load_data
+    from uqcompress.models.loading import resolve_model_source
+
+    cfg.validate()
+    source = resolve_model_source(model_path)
+    data = (
+        load_data(cfg.data, cfg.text_column, cfg.label_column, require_labels=False)
+        if cfg.data and cfg.format == "onnx"
+        else None
+    )
+    config = asdict(cfg)
+    id_config = {k: v for k, v in config.items() if k not in RUNTIME_KEYS}
+    if cfg.format == "safetensors":  # parity options do not apply
+        id_config = {"format": "safetensors"}
+    plan = OutputPlan(
+        kind=cfg.format,
+        step="export",
+        config=config,
+        id_config=id_config,
+        inputs=[source.ref],
+        data=[data.manifest_entry("parity")] if data is not None else [],
+        device=cfg.device,
+    )
+
+    def build(writer: ArtifactWriter) -> None:
+        from uqcompress.models.loading import load_model
+
+        loaded = load_model(source)
+        if cfg.format == "safetensors":
+            _write_safetensors(loaded, writer)
+        else:
+            _write_onnx(loaded, source.ref.id, source.ref.kind, data, cfg, writer)
+
+    return build_or_reuse(plan, out, force, build)
+
+
+def _write_safetensors(loaded: Any, writer: ArtifactWriter) -> None:
+    from uqcompress.models.loading import save_model
+    from uqcompress.steps.init import model_summary
+
+    save_model(loaded, writer.dir)
+    writer.summary.update(model_summary(loaded))
+    writer.summary["loads_with"] = (
+        f"transformers.{type(loaded.model).__name__}.from_pretrained(dir)"
+    )
+
+
+def _write_onnx(
+    loaded: Any,
+    source_id: str,
+    source_kind: str,
+    data: Any,
+    cfg: ExportConfig,
+    writer: ArtifactWriter,
+) -> None:
+    from uqcompress.console import stderr
+    from uqcompress.export import contract
+    from uqcompress.export.graph import graph_for
+    from uqcompress.export.onnx import (
+        check_parity,
+        export_graph,
+        metadata_for,
+        synthetic_examples,
+        write_metadata,
+    )
+    from uqcompress.export.runtime import Predictor
+
+    graph = graph_for(loaded.model, loaded.input_kind)
+    onnx_path = writer.dir / contract.ONNX_FILE
+    stderr.print(f"[dim]exporting {loaded.family.name} to ONNX (opset {cfg.opset})...[/dim]")
+    export_graph(graph, loaded, onnx_path, cfg.opset)
+    write_metadata(onnx_path, metadata_for(loaded, source_id, source_kind))
+    if loaded.input_kind == "text":
+        loaded.tokenizer.backend_tokenizer.save(str(writer.dir / contract.TOKENIZER_FILE))
+    predictor = Predictor(writer.dir, device=cfg.device, threads=cfg.threads)
+    examples = data if data is not None else synthetic_examples(loaded)
+    report = check_parity(graph, loaded, predictor, examples, cfg.atol)
+    if not report.passed:
+        raise ParityError(
+            f"ONNX output disagrees with PyTorch: {report.describe()}; no artifact written",
+            hint="report this with the model; try another --opset, or loosen --atol only if "
+            "the difference is harmless",
+        )
+    (writer.dir / "parity.json").write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+    writer.summary.update(
+        {
+            "format": "onnx",
+            "opset": cfg.opset,
+            "members": 1,
+            "parameters": loaded.num_parameters(),
+            "labels": list(loaded.labels),
+            "input_kind": loaded.input_kind,
+            "onnx_bytes": onnx_path.stat().st_size,
+            "parity_examples": report.examples,
+            "parity_max_abs_probs": report.max_abs_diff["probs"],
+            "parity_argmax_agreement": report.argmax_agreement,
+            "parity_data": examples.spec,
+        }
+    )
+    stderr.print(f"[green]parity ok[/green]: {report.describe()}")
