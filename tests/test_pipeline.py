@@ -11,18 +11,29 @@ from uqcompress.artifacts import open_artifact
 def test_quick_demo_runs_every_step(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     result = cli("demo", "--quick", "--out", str(tmp_path / "demo"))
     assert result.code == 0, result.err
-    evaluation = open_artifact(Path(result.out.strip()), expect_kind="eval")
-    assert evaluation.manifest.summary["examples"] == 360  # builtin:digits@test
+    onnx = open_artifact(Path(result.out.strip()), expect_kind="onnx")
+    assert onnx.manifest.summary["parity_max_abs_probs"] <= 1e-4
     assert "builtin:digits@test" in result.err  # the table title
-    lineage = json.loads(cli("inspect", result.out.strip(), "--json").out)["lineage"]
-    assert [(n["kind"], n["step"]) for n in lineage] == [
+    rows = {
+        name: open_artifact(tmp_path / "demo" / name).manifest.summary
+        for name in ("eval-single", "eval-onnx", "eval-ensemble")
+    }
+    assert all(r["examples"] == 360 for r in rows.values())
+    assert rows["eval-ensemble"]["members"] == 3
+    assert "ood.photo-patches.mi.auroc" in rows["eval-ensemble"]
+    # The ONNX export scores the test set like its torch source.
+    for key in ("acc", "nll", "ece", "ood.photo-patches.entropy.auroc"):
+        assert abs(rows["eval-single"][key] - rows["eval-onnx"][key]) < 1e-5, key
+    lineage = json.loads(cli("inspect", str(tmp_path / "demo" / "eval-onnx"), "--json").out)
+    assert [(n["kind"], n["step"]) for n in lineage["lineage"]] == [
         ("eval", "eval"),
+        ("onnx", "export"),
         ("model", "finetune"),
         ("model", "init"),
     ]
-    assert all(n["status"] == "ok" for n in lineage)
+    assert all(n["status"] == "ok" for n in lineage["lineage"])
     again = cli("demo", "--quick", "--out", str(tmp_path / "demo"))
-    assert again.out == result.out and again.err.count("reusing") == 3
+    assert again.out == result.out and again.err.count("reusing") == 10
 
 
 def test_inspect_table_and_lineage_on_stderr(cli, trained_bert_artifact: Path) -> None:  # type: ignore[no-untyped-def]

@@ -1,4 +1,9 @@
-"""`uqc demo`: init a small ViT, fine-tune it on scikit-learn's digits, evaluate on @test."""
+"""`uqc demo`: the toolchain on scikit-learn's digits, end to end.
+
+init + finetune three ViTs (seeds 0, 1, 2), export the first to ONNX (parity-checked), then
+evaluate the single ViT, its ONNX export and the 3-ViT deep ensemble on `digits@test`, with
+`builtin:photo-patches` as out-of-distribution data.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +11,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from uqcompress.steps import eval as eval_step
+from uqcompress.steps import export as export_step
 from uqcompress.steps import finetune as finetune_step
 from uqcompress.steps import init as init_step
 from uqcompress.steps.common import StepResult
 
 DIGIT_LABELS = [str(d) for d in range(10)]
-ACCURACY_BAR = 0.95  # the demo's promise on builtin:digits@test (full mode)
+ACCURACY_BAR = 0.95  # the demo's promise for the single ViT on builtin:digits@test (full mode)
+TEST = "builtin:digits@test"
+OOD = "builtin:photo-patches"
 
 
 @dataclass(frozen=True)
@@ -20,48 +28,80 @@ class DemoPlan:
     epochs: int
     lr: float
     batch_size: int
+    members: int
 
 
 # Full: ViT-small (4 layers, 4 heads, hidden 64, 2x2 patches of the 8x8 digit = 16 tokens).
-FULL = DemoPlan(preset="small", epochs=40, lr=1e-3, batch_size=32)
-# Quick: the tiny ViT and 2 epochs, for tests; it exercises every step, not the accuracy.
-QUICK = DemoPlan(preset="tiny", epochs=2, lr=1e-3, batch_size=64)
+FULL = DemoPlan(preset="small", epochs=40, lr=1e-3, batch_size=32, members=3)
+# Quick: tiny ViTs and 2 epochs, for tests; it exercises every step, not the accuracy.
+QUICK = DemoPlan(preset="tiny", epochs=2, lr=1e-3, batch_size=64, members=3)
+
+
+@dataclass(frozen=True)
+class DemoRow:
+    name: str
+    evaluation: StepResult
 
 
 @dataclass(frozen=True)
 class DemoResult:
-    init: StepResult
-    finetune: StepResult
-    evaluation: StepResult
     plan: DemoPlan
+    models: list[StepResult]
+    onnx: StepResult
+    rows: list[DemoRow]
+
+    @property
+    def single(self) -> DemoRow:
+        return self.rows[0]
 
 
 def run(out: Path, quick: bool, device: str, threads: int, force: bool = False) -> DemoResult:
+    from uqcompress.console import stderr
+
     plan = QUICK if quick else FULL
-    init = init_step.run(
-        init_step.InitConfig(family="vit", preset=plan.preset, labels=DIGIT_LABELS, seed=0),
-        out / "model-init",
+    models = []
+    for seed in range(plan.members):
+        stderr.print(f"[bold]ViT {seed + 1}/{plan.members}[/bold] (seed {seed})")
+        init = init_step.run(
+            init_step.InitConfig(family="vit", preset=plan.preset, labels=DIGIT_LABELS, seed=seed),
+            out / f"model-init-seed{seed}",
+            force,
+        )
+        models.append(
+            finetune_step.run(
+                init.artifact.path,
+                finetune_step.FinetuneConfig(
+                    data="builtin:digits@train",
+                    val="builtin:digits@val",
+                    epochs=plan.epochs,
+                    lr=plan.lr,
+                    batch_size=plan.batch_size,
+                    seed=seed,
+                    device=device,
+                    threads=threads,
+                ),
+                out / f"model-seed{seed}",
+                force,
+            )
+        )
+    onnx = export_step.run(
+        models[0].artifact.path,
+        export_step.ExportConfig(format="onnx", data=TEST, device="cpu", threads=threads),
+        out / "onnx-seed0",
         force,
     )
-    finetuned = finetune_step.run(
-        init.artifact.path,
-        finetune_step.FinetuneConfig(
-            data="builtin:digits@train",
-            val="builtin:digits@val",
-            epochs=plan.epochs,
-            lr=plan.lr,
-            batch_size=plan.batch_size,
-            seed=0,
-            device=device,
-            threads=threads,
+
+    def evaluate(name: str, paths: list[Path], folder: str) -> DemoRow:
+        cfg = eval_step.EvalConfig(data=TEST, ood=[OOD], device=device, threads=threads)
+        return DemoRow(name, eval_step.run(paths, cfg, out / folder, force))
+
+    rows = [
+        evaluate(f"ViT-{plan.preset} (torch)", [models[0].artifact.path], "eval-single"),
+        evaluate(f"ViT-{plan.preset} (ONNX Runtime)", [onnx.artifact.path], "eval-onnx"),
+        evaluate(
+            f"deep ensemble of {plan.members} ViT-{plan.preset}",
+            [m.artifact.path for m in models],
+            "eval-ensemble",
         ),
-        out / "model-finetuned",
-        force,
-    )
-    evaluation = eval_step.run(
-        [finetuned.artifact.path],
-        eval_step.EvalConfig(data="builtin:digits@test", device=device, threads=threads),
-        out / "eval-test",
-        force,
-    )
-    return DemoResult(init=init, finetune=finetuned, evaluation=evaluation, plan=plan)
+    ]
+    return DemoResult(plan=plan, models=models, onnx=onnx, rows=rows)
