@@ -106,3 +106,23 @@ def test_eval_artifact_is_reused_and_records_lineage(
     manifest = open_artifact(Path(first.out.strip())).manifest
     assert manifest.inputs[0].id == open_artifact(trained_bert_artifact).id
     assert manifest.data[0]["examples"] == 40
+
+
+def test_eval_id_follows_data_contents_not_spelling(
+    cli,
+    tmp_path: Path,
+    trained_bert_artifact: Path,
+    sentiment_csv: dict[str, Path],  # type: ignore[no-untyped-def]
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import shutil
+
+    copy = tmp_path / "renamed.csv"
+    shutil.copy(sentiment_csv["test"], copy)
+    monkeypatch.chdir(sentiment_csv["test"].parent)
+    spellings = [str(sentiment_csv["test"]), "test.csv", "./test.csv", str(copy)]
+    outs = {cli("eval", str(trained_bert_artifact), "--data", s).out for s in spellings}
+    assert len(outs) == 1  # one id, reused
+    edited = tmp_path / "edited.csv"
+    edited.write_text(copy.read_text().replace("pos", "neg", 1))
+    assert cli("eval", str(trained_bert_artifact), "--data", str(edited)).out not in outs

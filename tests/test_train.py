@@ -86,3 +86,30 @@ def test_rerun_with_same_inputs_reuses_the_artifact(
     assert second.code == 0 and second.out == first.out
     assert "reusing" in second.err
     assert manifest.stat().st_mtime_ns == stamp
+
+
+def test_out_may_not_overlap_an_input(
+    cli,
+    tiny_bert_artifact: Path,  # type: ignore[no-untyped-def]
+    sentiment_csv: dict[str, Path],
+    tmp_path: Path,
+) -> None:
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_bert_artifact, model)
+    for out in (model, model / "inner"):
+        result = cli(
+            "finetune",
+            str(model),
+            "--data",
+            str(sentiment_csv["train"]),
+            "--epochs",
+            "1",
+            "--out",
+            str(out),
+            "--force",
+        )
+        assert result.code == 1
+        assert "overlaps the input" in result.err
+    assert open_artifact(model).id == open_artifact(tiny_bert_artifact).id

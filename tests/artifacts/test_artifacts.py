@@ -144,15 +144,46 @@ def test_unknown_kind_and_bad_json_are_schema_errors(tmp_path: Path) -> None:
 
 def test_wrong_kind_is_refused(tmp_path: Path) -> None:
     path = _write(tmp_path / "a", _plan())
-    with pytest.raises(ArtifactError, match=r"is a eval artifact; this step needs model"):
+    with pytest.raises(ArtifactError, match=r"is an eval artifact; this step needs model"):
         open_artifact(path, expect_kind="model")
 
 
 def test_stale_temp_dirs_of_dead_processes_are_cleaned(tmp_path: Path) -> None:
-    dead = tmp_path / ".model-x.tmp-999999999-abcd"
-    dead.mkdir()
-    alive = tmp_path / f".model-y.tmp-{os.getpid()}-abcd"
-    alive.mkdir()
+    from uqcompress.artifacts.writer import _host_tag
+
+    host = _host_tag()
+    dead = tmp_path / f".model-x.tmp-999999999-abcd-{host}"
+    alive = tmp_path / f".model-y.tmp-{os.getpid()}-abcd-{host}"
+    other_host = tmp_path / ".model-z.tmp-999999999-abcd-00000000"
+    for folder in (dead, alive, other_host):
+        folder.mkdir()
     removed = clean_stale_temp_dirs(tmp_path)
     assert removed == [dead]
-    assert alive.exists() and not dead.exists()
+    assert alive.exists() and other_host.exists() and not dead.exists()
+
+
+def test_unlisted_files_are_refused(tmp_path: Path) -> None:
+    path = _write(tmp_path / "a", _plan())
+    (path / "added_tokens.json").write_text("{}")
+    with pytest.raises(IntegrityError, match=r"added_tokens\.json .* not listed"):
+        open_artifact(path)
+
+
+def test_force_never_deletes_a_folder_that_is_not_an_artifact(tmp_path: Path) -> None:
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "thesis.txt").write_text("years of work")
+    with pytest.raises(ArtifactError, match="not a uqc artifact"):
+        resolve_destination(_plan(), precious, force=True)
+    assert (precious / "thesis.txt").read_text() == "years of work"
+
+
+def test_lineage_cycles_are_reported_not_followed(tmp_path: Path) -> None:
+    from uqcompress.artifacts.lineage import walk_lineage
+
+    path = _write(tmp_path / "a", _plan())
+    raw = json.loads((path / "manifest.json").read_text())
+    raw["inputs"] = [{"role": "model", "path": ".", "id": raw["id"], "kind": "eval"}]
+    (path / "manifest.json").write_text(json.dumps(raw))
+    nodes = walk_lineage(path)
+    assert [n.status for n in nodes] == ["ok", "cycle"]

@@ -17,18 +17,25 @@ class LineageNode:
     id: str
     kind: str
     step: str
-    status: str  # "ok", "missing" (moved or deleted), "changed" (id differs), "external"
+    status: str  # "ok", "missing" (moved/deleted), "changed" (id differs), "external", "cycle"
 
 
 def walk_lineage(path: Path, max_depth: int = 64) -> list[LineageNode]:
     """Depth-first list of an artifact and its ancestors; the artifact itself is depth 0."""
     manifest = read_manifest(path)
     nodes = [LineageNode(0, "self", str(path), manifest.id, manifest.kind, manifest.step, "ok")]
-    _walk(path.resolve(), manifest.inputs, 1, nodes, max_depth)
+    _walk(path.resolve(), manifest.inputs, 1, nodes, max_depth, {manifest.id})
     return nodes
 
 
-def _walk(base: Path, inputs: list, depth: int, nodes: list[LineageNode], max_depth: int) -> None:
+def _walk(
+    base: Path,
+    inputs: list,
+    depth: int,
+    nodes: list[LineageNode],
+    max_depth: int,
+    seen: set[str],
+) -> None:
     if depth > max_depth:
         return
     for ref in inputs:
@@ -46,9 +53,12 @@ def _walk(base: Path, inputs: list, depth: int, nodes: list[LineageNode], max_de
             )
             continue
         status = "ok" if manifest.id == ref.id else "changed"
+        if manifest.id in seen:
+            status = "cycle"  # a damaged or hand-edited lineage; never walk it twice
         nodes.append(
             LineageNode(
                 depth, ref.role, str(target), manifest.id, manifest.kind, manifest.step, status
             )
         )
-        _walk(target, manifest.inputs, depth + 1, nodes, max_depth)
+        if status != "cycle":
+            _walk(target, manifest.inputs, depth + 1, nodes, max_depth, seen | {manifest.id})

@@ -138,7 +138,15 @@ def _upgrade(raw: dict[str, Any], path: Path) -> dict[str, Any]:
 
 
 def verify_files(path: Path, manifest: Manifest) -> None:
-    """Check every recorded file exists with its recorded size and sha256."""
+    """Check every recorded file exists with its recorded size and sha256, and that the
+    directory holds no file the manifest does not list (nothing unchecked gets loaded)."""
+    for extra in sorted(p for p in path.rglob("*") if p.is_file()):
+        rel = extra.relative_to(path).as_posix()
+        if rel != MANIFEST_NAME and rel not in manifest.files:
+            raise IntegrityError(
+                f"{rel} in {path} is not listed in its manifest (added or unlisted)",
+                hint="remove the file, or re-create the artifact with the step that wrote it",
+            )
     for rel, entry in manifest.files.items():
         target = safe_join(path, rel)
         if not target.is_file():
@@ -170,9 +178,14 @@ def open_artifact(
         kinds = (expect_kind,) if isinstance(expect_kind, str) else expect_kind
         if manifest.kind not in kinds:
             raise ArtifactError(
-                f"{path} is a {manifest.kind} artifact; this step needs {' or '.join(kinds)}",
+                f"{path} is {_article(manifest.kind)} {manifest.kind} artifact; this step "
+                f"needs {' or '.join(kinds)}",
                 hint=f"pass a {' or '.join(kinds)} artifact",
             )
     if verify:
         verify_files(path, manifest)
     return Artifact(path=path, manifest=manifest)
+
+
+def _article(word: str) -> str:
+    return "an" if word[:1] in "aeiou" else "a"

@@ -11,6 +11,7 @@ import os
 import platform
 import secrets
 import shutil
+import socket
 import sys
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -27,6 +28,13 @@ from uqcompress.artifacts.reader import Artifact, open_artifact, read_manifest
 from uqcompress.errors import ArtifactError, UqcError
 
 TMP_MARKER = ".tmp-"
+
+
+def _host_tag() -> str:
+    """Short hash of this host's name: temp dirs of other hosts sharing the folder are kept."""
+    import hashlib
+
+    return hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
 
 
 def default_root() -> Path:
@@ -95,12 +103,22 @@ def resolve_destination(
         return dest, None
     if dest.is_file():
         raise ArtifactError(f"--out {dest} is a file", hint="choose a directory path for --out")
-    if force:
-        return dest, None
     try:
         existing = read_manifest(dest)
     except UqcError:
         existing = None
+    if existing is None and (dest / MANIFEST_NAME).exists():
+        existing_is_artifact = True  # a damaged artifact: --force may replace it
+    else:
+        existing_is_artifact = existing is not None
+    if force:
+        if existing_is_artifact or not any(dest.iterdir()):
+            return dest, None
+        raise ArtifactError(
+            f"--out {dest} holds files that are not a uqc artifact; --force only replaces "
+            "artifacts",
+            hint="choose another --out, or move those files away yourself",
+        )
     if existing is not None and existing.id == plan.id and existing.kind == plan.kind:
         try:
             return dest, open_artifact(dest)
@@ -157,11 +175,25 @@ class ArtifactWriter:
         self.extra_config: dict[str, Any] = {}
         self._artifact: Artifact | None = None
         parent = self.dest.parent
-        parent.mkdir(parents=True, exist_ok=True)
-        self.dir = parent / f".{self.dest.name}{TMP_MARKER}{os.getpid()}-{secrets.token_hex(4)}"
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ArtifactError(
+                f"cannot create the output folder {parent}: {exc.strerror or exc}",
+                hint="choose an --out in a writable directory",
+            ) from exc
+        self.dir = parent / (
+            f".{self.dest.name}{TMP_MARKER}{os.getpid()}-{secrets.token_hex(4)}-{_host_tag()}"
+        )
 
     def __enter__(self) -> ArtifactWriter:
-        self.dir.mkdir()
+        try:
+            self.dir.mkdir()
+        except OSError as exc:
+            raise ArtifactError(
+                f"cannot write in {self.dir.parent}: {exc.strerror or exc}",
+                hint="choose an --out in a writable directory",
+            ) from exc
         return self
 
     def warn(self, message: str) -> None:
@@ -256,17 +288,21 @@ class ArtifactWriter:
 
 
 def clean_stale_temp_dirs(root: Path) -> list[Path]:
-    """Remove temp dirs left by killed processes (their pid no longer runs). Returns them."""
+    """Remove temp dirs that killed processes of this host left (their pid no longer runs).
+
+    Temp dirs of other hosts (a shared artifacts folder) are never touched. Returns the removed.
+    """
     removed: list[Path] = []
     if not root.is_dir():
         return removed
+    host = _host_tag()
     for entry in root.iterdir():
         if not (entry.is_dir() and entry.name.startswith(".") and TMP_MARKER in entry.name):
             continue
-        try:
-            pid = int(entry.name.rsplit(TMP_MARKER, 1)[1].split("-")[0])
-        except ValueError:
+        parts = entry.name.rsplit(TMP_MARKER, 1)[1].split("-")
+        if len(parts) != 3 or parts[2] != host or not parts[0].isdigit():
             continue
+        pid = int(parts[0])
         if not _pid_alive(pid):
             shutil.rmtree(entry, ignore_errors=True)
             removed.append(entry)

@@ -6,8 +6,21 @@ from typing import Any
 
 from uqcompress.errors import ConfigError
 from uqcompress.models.families import family_by_name
-from uqcompress.models.loading import LoadedModel
+from uqcompress.models.loading import LoadedModel, first_line
 from uqcompress.models.preprocessing import ImagePreprocessing
+
+# Sizes that must be positive integers for a model to exist at all.
+POSITIVE_KEYS = (
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "image_size",
+    "patch_size",
+    "num_channels",
+    "vocab_size",
+    "max_position_embeddings",
+)
 
 
 def create_model(
@@ -38,10 +51,35 @@ def create_model(
             f"a classifier needs at least 2 labels, got {len(labels)}",
             hint="pass --labels a,b[,c...] or --num-labels N with N >= 2",
         )
+    for flag, value in (("--image-size", image_size), ("--patch-size", patch_size)):
+        if value is not None and value < 1:
+            raise ConfigError(f"{flag} {value} must be at least 1", hint=f"pass a positive {flag}")
     try:
         config = family.build_config(preset, overrides or {}, labels, image_size, patch_size)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"invalid model config: {exc}", hint="check the --set values") from exc
+    except ConfigError:
+        raise
+    except Exception as exc:  # transformers/huggingface_hub validate configs in many ways
+        raise ConfigError(
+            f"invalid model config: {first_line(exc)}", hint="check the --set values"
+        ) from exc
+    for key in POSITIVE_KEYS:
+        value = getattr(config, key, None)
+        if value is not None and (
+            not isinstance(value, int) or isinstance(value, bool) or value < 1
+        ):
+            raise ConfigError(
+                f"config value {key}={value!r} must be a positive integer",
+                hint=f"pass --set {key}=N with N >= 1",
+            )
+    if family.input_kind == "text":
+        from uqcompress.models.tokenizer import shipped_vocab_size
+
+        if config.vocab_size < shipped_vocab_size():
+            raise ConfigError(
+                f"vocab_size {config.vocab_size} is smaller than the shipped tokenizer's "
+                f"{shipped_vocab_size()} tokens",
+                hint=f"drop --set vocab_size or pass at least {shipped_vocab_size()}",
+            )
     if config.hidden_size % config.num_attention_heads != 0:
         raise ConfigError(
             f"hidden_size {config.hidden_size} is not a multiple of num_attention_heads "
@@ -50,7 +88,13 @@ def create_model(
         )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = family.classifier_class()(config)
+        try:
+            model = family.classifier_class()(config)
+        except Exception as exc:  # a config transformers accepted but cannot build
+            raise ConfigError(
+                f"cannot build a {family_name} model from this config: {first_line(exc)}",
+                hint="check the --set values",
+            ) from exc
     model.eval()
     loaded = LoadedModel(model=model, family=family, config=model.config, labels=list(labels))
     if family.input_kind == "text":

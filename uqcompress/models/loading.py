@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -61,6 +61,7 @@ class LoadedModel:
     labels: list[str]
     tokenizer: PreTrainedTokenizerBase | None = None
     preprocessing: ImagePreprocessing | None = None
+    new_head_keys: list[str] = field(default_factory=list)  # classifier weights initialised
 
     @property
     def input_kind(self) -> str:
@@ -72,6 +73,16 @@ class LoadedModel:
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.model.parameters())
+
+
+def first_line(exc: BaseException) -> str:
+    """The first meaningful line of a library exception, for a one-line message."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    if lines[0].endswith(":") and len(lines) > 1:
+        return f"{lines[0]} {lines[1]}"
+    return lines[0]
 
 
 def quiet_transformers() -> None:
@@ -107,10 +118,24 @@ def load_model(source: ModelSource) -> LoadedModel:
             hint="pass a directory written by save_pretrained() of a BERT or ViT model",
         ) from exc
     family = family_for_config(config, str(path))
-    model = family.classifier_class().from_pretrained(str(path))
+    try:
+        loaded_with_info: Any = family.classifier_class().from_pretrained(
+            str(path), output_loading_info=True
+        )
+        model, info = loaded_with_info
+    except Exception as exc:  # damaged weights, shapes that contradict config.json, ...
+        raise ArtifactError(
+            f"cannot load the model in {path}: {first_line(exc)[:300]}",
+            hint="re-save it with save_pretrained(), or re-create the artifact",
+        ) from exc
     model.eval()
     loaded = LoadedModel(
         model=model, family=family, config=model.config, labels=labels_of(model.config)
+    )
+    # A checkpoint without a classifier (an encoder such as a sentence-embedding model) gets
+    # a randomly initialised head from transformers; say so instead of hiding it.
+    loaded.new_head_keys = sorted(
+        k for k in info.get("missing_keys", []) if k.startswith("classifier")
     )
     if family.input_kind == "text":
         if not any((path / name).is_file() for name in _TOKENIZER_FILES):

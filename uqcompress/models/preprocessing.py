@@ -64,7 +64,17 @@ class ImagePreprocessing:
         path = directory / PREPROCESSOR_FILE
         if not path.is_file():
             return cls.default_for(image_size, num_channels)
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(raw, dict):
+                raise ValueError("not a JSON object")
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            from uqcompress.errors import ArtifactError
+
+            raise ArtifactError(
+                f"{path} is not a valid image-processor config ({exc})",
+                hint="re-save it with the image processor's save_pretrained()",
+            ) from exc
         mean = raw.get("image_mean", 0.5) if raw.get("do_normalize", True) else 0.0
         std = raw.get("image_std", 0.5) if raw.get("do_normalize", True) else 1.0
         mean_t = tuple(float(v) for v in (mean if isinstance(mean, list) else [mean]))

@@ -14,6 +14,19 @@ from uqcompress.artifacts import (
     resolve_destination,
 )
 from uqcompress.console import stderr
+from uqcompress.errors import ArtifactError
+
+
+def _refuse_overlap_with_inputs(out: Path, plan: OutputPlan) -> None:
+    """Steps never edit an input: --out may not be an input, inside one, or contain one."""
+    target = out.resolve()
+    for ref in plan.inputs:
+        source = ref.path.resolve()
+        if target == source or source in target.parents or target in source.parents:
+            raise ArtifactError(
+                f"--out {out} overlaps the input {ref.path}; steps never modify their inputs",
+                hint="choose an --out outside the input artifacts",
+            )
 
 
 @dataclass(frozen=True)
@@ -29,6 +42,8 @@ def build_or_reuse(
     build: Callable[[ArtifactWriter], None],
 ) -> StepResult:
     """Reuse an artifact with the same id at the destination, else build it atomically."""
+    if out is not None:
+        _refuse_overlap_with_inputs(Path(out), plan)
     dest, existing = resolve_destination(plan, out, force)
     if existing is not None:
         stderr.print(f"[dim]{dest}: same inputs and config as before, reusing it[/dim]")

@@ -14,7 +14,10 @@ from uqcompress.artifacts import ArtifactWriter, OutputPlan
 from uqcompress.errors import ConfigError, DataError, IncompatibleInputError
 from uqcompress.steps.common import StepResult, build_or_reuse
 
-RUNTIME_KEYS = ("device", "threads", "batch_size")
+# Kept out of the id: runtime settings and data spec strings (content fingerprints are in the
+# id; OOD set *names* stay in, since metric keys are built from them). A reused eval keeps the
+# latency it measured when it was built.
+RUNTIME_KEYS = ("device", "threads", "batch_size", "data", "ood", "text_column", "label_column")
 ECE_BINS = 15
 
 
@@ -58,7 +61,7 @@ def run(
             hint="give each OOD file a distinct file name",
         )
     bounds = parse_gate(cfg.gate, known_metrics(names, members)) if cfg.gate else []
-    config = {**asdict(cfg), "members": members}
+    config = {**asdict(cfg), "members": members, "ood_names": names}
     plan = OutputPlan(
         kind="eval",
         step="eval",

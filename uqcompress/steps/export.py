@@ -12,7 +12,7 @@ from uqcompress.errors import ConfigError, ParityError
 from uqcompress.steps.common import StepResult, build_or_reuse
 
 FORMATS = ("onnx", "safetensors")
-RUNTIME_KEYS = ("device", "threads")
+RUNTIME_KEYS = ("device", "threads", "data", "text_column", "label_column")
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,9 @@ from typing import Any
 from uqcompress.artifacts import ArtifactWriter, OutputPlan
 from uqcompress.steps.common import StepResult, build_or_reuse
 
-# Keys that change where or how fast a step runs, not its result: kept out of the id.
-RUNTIME_KEYS = ("device", "threads")
+# Kept out of the id: where or how fast a step runs, and how data was *named* (the data's
+# content fingerprints, which cover the columns used, are in the id instead).
+RUNTIME_KEYS = ("device", "threads", "data", "val", "text_column", "label_column")
 
 
 @dataclass(frozen=True)

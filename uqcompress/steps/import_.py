@@ -31,6 +31,13 @@ def run(source: Path, out: Path | None = None, force: bool = False) -> StepResul
         loaded = load_model(model_source)
         save_model(loaded, writer.dir)
         writer.summary.update(model_summary(loaded))
+        if loaded.new_head_keys:
+            writer.summary["classifier_initialised"] = True
+            writer.warn(
+                f"{source} has no classifier weights ({', '.join(loaded.new_head_keys)}); a new "
+                f"head for {len(loaded.labels)} classes was initialised at random: fine-tune "
+                "before use"
+            )
         writer.summary["source_fingerprint"] = fingerprint
 
     return build_or_reuse(plan, out, force, build)

@@ -1,0 +1,323 @@
+"""`uqc export`: the ONNX graph follows the deployment contract and passes the parity gate;
+a perturbed graph fails it and leaves nothing behind; safetensors loads with transformers."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import numpy_helper
+
+from uqcompress.artifacts import open_artifact
+from uqcompress.export import onnx as uqc_onnx
+from uqcompress.models.loading import load_model, resolve_model_source
+
+TRACE_BATCH = 2  # the batch size of the example the exporter traces with
+TRACE_LENGTH = 8  # ... and its sequence length (text)
+
+
+def _meta(model: onnx.ModelProto) -> dict[str, str]:
+    return {p.key: p.value for p in model.metadata_props}
+
+
+def _dims(value_info: onnx.ValueInfoProto) -> list[onnx.TensorShapeProto.Dimension]:
+    return list(value_info.type.tensor_type.shape.dim)
+
+
+def _is_dynamic(dim: onnx.TensorShapeProto.Dimension) -> bool:
+    return dim.HasField("dim_param") and bool(dim.dim_param) and not dim.HasField("dim_value")
+
+
+def _check_contract(artifact_path: Path, source: Path, input_kind: str) -> onnx.ModelProto:
+    artifact = open_artifact(artifact_path)
+    assert artifact.kind == "onnx"
+    files = {p.name for p in artifact_path.iterdir()}
+    expected = {"manifest.json", "model.onnx", "parity.json"}
+    if input_kind == "text":
+        expected.add("tokenizer.json")
+    assert files == expected
+    assert not list(artifact_path.rglob("*.onnx.data"))
+    assert not list(artifact_path.rglob("*.data"))
+
+    model = onnx.load(str(artifact_path / "model.onnx"))
+    onnx.checker.check_model(model)
+    assert [o.name for o in model.graph.output] == [
+        "member_logits",
+        "probs",
+        "entropy",
+        "mutual_info",
+    ]
+    names = (
+        ["input_ids", "attention_mask", "token_type_ids"]
+        if input_kind == "text"
+        else ["pixel_values"]
+    )
+    assert [i.name for i in model.graph.input] == names
+    for value_info in model.graph.input:
+        dims = _dims(value_info)
+        assert _is_dynamic(dims[0]), f"{value_info.name}: batch axis is fixed"
+        if input_kind == "text":
+            assert len(dims) == 2
+            assert _is_dynamic(dims[1]), f"{value_info.name}: sequence axis is fixed"
+        else:
+            assert len(dims) == 4
+            assert all(d.HasField("dim_value") for d in dims[1:])
+    for value_info in model.graph.output:
+        assert _is_dynamic(_dims(value_info)[0]), f"{value_info.name}: batch axis is fixed"
+
+    loaded = load_model(resolve_model_source(source))
+    classes = len(loaded.labels)
+    member_dims = _dims(model.graph.output[0])
+    assert [d.dim_value for d in member_dims[1:]] == [1, classes]  # [B, M=1, C]
+
+    meta = _meta(model)
+    assert json.loads(meta["uqc.labels"]) == loaded.labels
+    assert meta["uqc.input_kind"] == input_kind
+    assert meta["uqc.members"] == "1"
+    assert meta["uqc.source_id"] == open_artifact(source).id
+    assert json.loads(meta["uqc.input_names"]) == names
+
+    ops = {node.op_type for node in model.graph.node}
+    assert "Einsum" not in ops
+    assert "Softmax" in ops  # the uncertainty outputs are computed in the graph
+    return model
+
+
+def _parity(artifact_path: Path) -> dict[str, Any]:
+    return json.loads((artifact_path / "parity.json").read_text())
+
+
+def _check_parity_report(parity: dict[str, Any]) -> None:
+    assert parity["passed"] is True
+    assert 0 <= parity["max_abs_diff"]["probs"] <= 1e-4
+    assert set(parity["max_abs_diff"]) == {"member_logits", "probs", "entropy", "mutual_info"}
+    assert parity["max_abs_diff"]["mutual_info"] <= 1e-6  # M = 1
+    assert parity["argmax_agreement"] == 1
+    assert parity["batch_size"] != TRACE_BATCH
+    assert parity["atol"] == pytest.approx(1e-4)
+
+
+# --------------------------------------------------------------------------- contract
+
+
+def test_bert_export_follows_the_contract(bert_onnx: Path, trained_bert_artifact: Path) -> None:
+    _check_contract(bert_onnx, trained_bert_artifact, "text")
+    parity = _parity(bert_onnx)
+    _check_parity_report(parity)
+    assert parity["padded_batches"] >= 1
+    assert parity["examples"] >= 40  # the 40 rows of --data were checked
+    lengths = [int(shape.split("x")[1]) for shape in parity["shapes"]]
+    batches = [int(shape.split("x")[0]) for shape in parity["shapes"]]
+    assert any(length != TRACE_LENGTH for length in lengths)
+    assert len(set(lengths)) > 1
+    assert any(b != TRACE_BATCH for b in batches)
+    summary = open_artifact(bert_onnx).manifest.summary
+    assert summary["input_kind"] == "text"
+    assert summary["labels"] == ["neg", "pos"]
+    assert summary["parity_max_abs_probs"] == parity["max_abs_diff"]["probs"]
+
+
+def test_vit_export_follows_the_contract(vit_onnx: Path, tiny_vit_artifact: Path) -> None:
+    _check_contract(vit_onnx, tiny_vit_artifact, "image")
+    parity = _parity(vit_onnx)
+    _check_parity_report(parity)
+    assert parity["padded_batches"] == 0  # images never pad
+    assert parity["examples"] > 12  # real digits, not only the synthetic images
+    assert all(shape.split("x")[1:] == ["1", "8", "8"] for shape in parity["shapes"])
+    assert "builtin:digits@test" in open_artifact(vit_onnx).manifest.summary["parity_data"]
+
+
+def test_vit_export_without_data_checks_synthetic_images(
+    vit_onnx_nodata: Path, vit_onnx: Path, tiny_vit_artifact: Path
+) -> None:
+    _check_contract(vit_onnx_nodata, tiny_vit_artifact, "image")
+    parity = _parity(vit_onnx_nodata)
+    _check_parity_report(parity)
+    assert parity["examples"] >= 1
+    assert parity["examples"] < _parity(vit_onnx)["examples"]
+    summary = open_artifact(vit_onnx_nodata).manifest.summary
+    assert summary["parity_data"] == "synthetic"
+    assert open_artifact(vit_onnx_nodata).id != open_artifact(vit_onnx).id
+
+
+# --------------------------------------------------------------------------- parity gate
+
+
+def _perturb_classifier(path: Path) -> None:
+    """Add 1.0 to class 0 of the classifier bias (or weight row, if the bias was folded away)."""
+    model = onnx.load(str(path))
+    targets = [i for i in model.graph.initializer if i.name.endswith("classifier.bias")]
+    if not targets:
+        targets = [i for i in model.graph.initializer if i.name.endswith("classifier.weight")]
+    assert targets, "no classifier initializer in the graph"
+    tensor = targets[0]
+    values = numpy_helper.to_array(tensor).copy()
+    values[0] += 1.0
+    tensor.CopyFrom(numpy_helper.from_array(values, tensor.name))
+    onnx.save(model, str(path))
+
+
+def test_parity_gate_refuses_a_perturbed_graph(
+    cli: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    trained_bert_artifact: Path,
+) -> None:
+    original = uqc_onnx.write_metadata
+    calls: list[Path] = []
+
+    def perturbed(path: Path, metadata: dict[str, str]) -> None:
+        original(path, metadata)
+        _perturb_classifier(path)
+        calls.append(path)
+
+    monkeypatch.setattr(uqc_onnx, "write_metadata", perturbed)
+    out = tmp_path / "exports" / "bert-bad"
+    result = cli("export", trained_bert_artifact, "--format", "onnx", "--out", out)
+    assert calls, "the perturbation hook never ran"
+    assert result.code == 3, result.err
+    assert result.out == ""
+    error_lines = [line for line in result.err.splitlines() if "error" in line.lower()]
+    assert len(error_lines) == 1, result.err
+    line = error_lines[0]
+    assert "probs" in line and "argmax" in line
+    assert "no artifact" in line
+    # The reported probs difference is a real number far above the tolerance.
+    reported = float(line.split("probs", 1)[1].split(",")[0].strip())
+    assert reported > 1e-2
+    assert not out.exists()
+    assert not list((tmp_path / "exports").glob("*.tmp-*"))
+    assert not list((tmp_path / "exports").glob(".*"))
+
+
+def _predictor_on_copy(source: Path, directory: Path, perturb: bool) -> Any:
+    from uqcompress.export.runtime import Predictor
+
+    directory.mkdir()
+    for name in ("model.onnx", "tokenizer.json"):
+        (directory / name).write_bytes((source / name).read_bytes())
+    if perturb:
+        _perturb_classifier(directory / "model.onnx")
+    return Predictor(directory)
+
+
+def test_check_parity_reports_a_perturbed_model(
+    tmp_path: Path,
+    bert_onnx: Path,
+    trained_bert_artifact: Path,
+    sentiment_csv: dict[str, Path],
+) -> None:
+    from uqcompress.data import load_data
+    from uqcompress.export.graph import graph_for
+
+    loaded = load_model(resolve_model_source(trained_bert_artifact))
+    graph = graph_for(loaded.model, "text")
+    data = load_data(str(sentiment_csv["test"]), require_labels=False)
+
+    good = uqc_onnx.check_parity(
+        graph, loaded, _predictor_on_copy(bert_onnx, tmp_path / "good", False), data, 1e-4
+    )
+    assert good.passed is True
+    assert good.max_abs_diff["probs"] <= 1e-4
+
+    bad = uqc_onnx.check_parity(
+        graph, loaded, _predictor_on_copy(bert_onnx, tmp_path / "bad", True), data, 1e-4
+    )
+    assert bad.passed is False
+    assert bad.max_abs_diff["probs"] > 1e-2
+    assert bad.max_abs_diff["member_logits"] == pytest.approx(1.0, abs=1e-4)  # the +1.0 bias
+    assert bad.examples == good.examples >= 40
+    assert "probs" in bad.describe()
+
+
+# --------------------------------------------------------------------------- safetensors
+
+
+def test_safetensors_export_loads_with_transformers(
+    cli: Callable[..., Any], tmp_path: Path, trained_bert_artifact: Path
+) -> None:
+    from transformers import AutoModelForSequenceClassification
+
+    out = tmp_path / "st"
+    result = cli("export", trained_bert_artifact, "--format", "safetensors", "--out", out)
+    assert result.code == 0, result.err
+    assert result.out.strip() == str(out)
+    artifact = open_artifact(out)
+    assert artifact.kind == "safetensors"
+    assert (out / "model.safetensors").is_file()
+    assert not list(out.rglob("*.bin"))
+
+    exported = AutoModelForSequenceClassification.from_pretrained(str(out)).eval()
+    source = load_model(resolve_model_source(trained_bert_artifact))
+    assert source.tokenizer is not None
+    texts = ["the movie was great", "awful and boring acting in the film, really bad", "fun"]
+    batch = source.tokenizer(texts, padding=True, return_tensors="pt")
+    with torch.inference_mode():
+        want = source.model(**batch).logits.numpy()
+        got = exported(**batch).logits.numpy()
+    assert np.abs(want).max() > 0.1  # a trained model, not all-zero logits
+    np.testing.assert_allclose(got, want, atol=1e-6, rtol=0)
+    assert exported.config.id2label == {0: "neg", 1: "pos"}
+
+
+# --------------------------------------------------------------------------- bad values
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "words"),
+    [("--format", "tflite", "tflite"), ("--atol", "0", "atol"), ("--opset", "11", "opset")],
+)
+def test_bad_values_exit_1(
+    cli: Callable[..., Any],
+    tmp_path: Path,
+    tiny_bert_artifact: Path,
+    flag: str,
+    value: str,
+    words: str,
+) -> None:
+    out = tmp_path / "x"
+    args = ["export", tiny_bert_artifact, "--out", out, flag, value]
+    result = cli(*args)
+    assert result.code == 1, result.err
+    assert result.out == ""
+    error_lines = [line for line in result.err.splitlines() if "error" in line.lower()]
+    assert len(error_lines) == 1 and words in error_lines[0], result.err
+    assert not out.exists()
+    assert not list(tmp_path.glob(".*tmp-*"))
+
+
+# --------------------------------------------------------------------------- reuse
+
+
+def test_identical_export_is_reused(
+    cli: Callable[..., Any], bert_onnx: Path, trained_bert_artifact: Path, sentiment_csv: dict
+) -> None:
+    args = [
+        "export",
+        trained_bert_artifact,
+        "--format",
+        "onnx",
+        "--data",
+        sentiment_csv["test"],
+        "--out",
+        bert_onnx,
+    ]
+    manifest_before = (bert_onnx / "manifest.json").read_bytes()
+    first = cli(*args)
+    second = cli(*args)
+    for result in (first, second):
+        assert result.code == 0, result.err
+        assert result.out == f"{bert_onnx}\n"
+        assert "reusing" in result.err
+    assert (bert_onnx / "manifest.json").read_bytes() == manifest_before
+    # A different config is a different id: the same --out is then refused, not overwritten.
+    other = cli(*args, "--atol", "1e-3")
+    assert other.code == 1
+    assert "already holds" in other.err
+    assert (bert_onnx / "manifest.json").read_bytes() == manifest_before

@@ -1,0 +1,181 @@
+"""The torch-free Predictor: equals torch on raw inputs (padding included) and runs where
+torch cannot even be imported."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import TensorProto, helper
+
+from uqcompress.data import load_data
+from uqcompress.errors import ArtifactError
+from uqcompress.export.runtime import Predictor
+from uqcompress.models.loading import load_model, resolve_model_source
+
+TEXTS = [
+    "good",
+    "the movie was really very bad and the acting was awful and boring and the story was dull "
+    "and it was the worst film",
+    "love it",
+    "great fun",
+    "the story and the acting were excellent, amazing, wonderful: the best movie",
+    "poor",
+    "hate",
+]
+
+
+def _entropy(p: np.ndarray) -> np.ndarray:
+    return -np.sum(p * np.log(p), axis=-1)
+
+
+def _torch_text_probs(model_path: Path, texts: list[str]) -> np.ndarray:
+    loaded = load_model(resolve_model_source(model_path))
+    assert loaded.tokenizer is not None
+    batch = loaded.tokenizer(texts, padding=True, truncation=True, return_tensors="pt")
+    with torch.inference_mode():
+        logits = loaded.model(**batch).logits
+    return torch.softmax(logits.double(), dim=-1).numpy()
+
+
+def _torch_image_probs(model_path: Path, images: np.ndarray) -> np.ndarray:
+    loaded = load_model(resolve_model_source(model_path))
+    assert loaded.preprocessing is not None
+    pixels = torch.from_numpy(loaded.preprocessing.apply(images))
+    with torch.inference_mode():
+        logits = loaded.model(pixel_values=pixels).logits
+    return torch.softmax(logits.double(), dim=-1).numpy()
+
+
+def test_text_predictor_equals_torch_with_padding(
+    bert_onnx: Path, trained_bert_artifact: Path
+) -> None:
+    predictor = Predictor(bert_onnx)
+    encoded = predictor.encode_texts(TEXTS[:3])
+    lengths = encoded["attention_mask"].sum(axis=1)
+    assert lengths.max() > 3 * lengths.min()  # one batch mixes very different lengths
+    assert (encoded["attention_mask"] == 0).any()
+
+    got = predictor.predict_texts(TEXTS, batch_size=3)
+    want = _torch_text_probs(trained_bert_artifact, TEXTS)
+    assert got.probs.shape == (len(TEXTS), 2)
+    assert got.member_logits.shape == (len(TEXTS), 1, 2)
+    assert want.max() > 0.8  # the trained model is confident somewhere: a real comparison
+    np.testing.assert_allclose(got.probs, want, atol=1e-4, rtol=0)
+    np.testing.assert_allclose(got.entropy, _entropy(want), atol=1e-4, rtol=0)
+    np.testing.assert_allclose(got.mutual_info, 0.0, atol=1e-6)
+    assert got.labels == [["neg", "pos"][i] for i in want.argmax(axis=1)]
+    assert predictor.labels == ["neg", "pos"] and predictor.members == 1
+
+
+def test_image_predictor_equals_torch(vit_onnx: Path, tiny_vit_artifact: Path) -> None:
+    images = load_data("builtin:digits@test").images
+    assert images is not None
+    images = images[:20]
+    predictor = Predictor(vit_onnx)
+    got = predictor.predict_pixels(images, batch_size=3)
+    want = _torch_image_probs(tiny_vit_artifact, images)
+    assert got.probs.shape == (20, 10)
+    np.testing.assert_allclose(got.probs.sum(axis=1), 1.0, atol=1e-5)
+    # The examples differ by more than the tolerance, so an order or preprocessing slip shows.
+    assert want.std(axis=0).max() > 2e-4
+    np.testing.assert_allclose(got.probs, want, atol=1e-4, rtol=0)
+    np.testing.assert_allclose(got.entropy, _entropy(want), atol=1e-4, rtol=0)
+    np.testing.assert_allclose(got.mutual_info, 0.0, atol=1e-6)
+    assert got.labels == [str(i) for i in want.argmax(axis=1)]
+
+
+CHILD = r"""
+import json, sys
+sys.modules["torch"] = None  # `import torch` now raises ImportError
+try:
+    import torch  # noqa: F401
+    blocked = False
+except ImportError:
+    blocked = True
+import numpy as np
+from uqcompress.export.runtime import Predictor
+
+bert_dir, vit_dir, texts_json = sys.argv[1], sys.argv[2], sys.argv[3]
+texts = json.loads(texts_json)
+rng = np.random.default_rng(0)
+images = rng.integers(0, 256, size=(6, 1, 8, 8)).astype(np.float32)
+text = Predictor(bert_dir).predict_texts(texts, batch_size=2)
+image = Predictor(vit_dir).predict_pixels(images, batch_size=4)
+print(json.dumps({
+    "blocked": blocked,
+    "text_probs": text.probs.tolist(),
+    "text_labels": text.labels,
+    "image_probs": image.probs.tolist(),
+    "images": images.tolist(),
+    "torch_after": repr(sys.modules.get("torch")),
+    "torch_absent": sys.modules.get("torch") is None,
+    "transformers_loaded": "transformers" in sys.modules,
+}))
+"""
+
+
+def test_predictor_runs_without_torch(
+    bert_onnx: Path, vit_onnx: Path, trained_bert_artifact: Path, tiny_vit_artifact: Path
+) -> None:
+    texts = TEXTS[:5]
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, str(bert_onnx), str(vit_onnx), json.dumps(texts)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    child = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert child["blocked"] is True
+    assert child["torch_absent"] is True, child["torch_after"]
+    assert child["transformers_loaded"] is False
+
+    text_probs = np.asarray(child["text_probs"])
+    want_text = _torch_text_probs(trained_bert_artifact, texts)
+    np.testing.assert_allclose(text_probs, want_text, atol=1e-4, rtol=0)
+    assert child["text_labels"] == [["neg", "pos"][i] for i in want_text.argmax(axis=1)]
+
+    images = np.asarray(child["images"], dtype=np.float32)
+    assert images.max() > 200 and images.min() < 50  # the 0..255 scale, not 0..1
+    want_image = _torch_image_probs(tiny_vit_artifact, images)
+    np.testing.assert_allclose(np.asarray(child["image_probs"]), want_image, atol=1e-4, rtol=0)
+
+
+def _plain_onnx(path: Path) -> Path:
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])],
+        "plain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path
+
+
+def test_onnx_without_uqc_metadata_is_refused(tmp_path: Path) -> None:
+    path = _plain_onnx(tmp_path / "plain.onnx")
+    with pytest.raises(ArtifactError, match="uqc"):
+        Predictor(path)
+    directory = tmp_path / "dir"
+    directory.mkdir()
+    _plain_onnx(directory / "model.onnx")
+    with pytest.raises(ArtifactError, match="uqc"):
+        Predictor(directory)
+
+
+def test_directory_without_model_onnx_is_refused(tmp_path: Path, bert_onnx: Path) -> None:
+    (tmp_path / "tokenizer.json").write_bytes((bert_onnx / "tokenizer.json").read_bytes())
+    with pytest.raises(ArtifactError, match=r"model\.onnx"):
+        Predictor(tmp_path)
+    with pytest.raises(ArtifactError, match=r"model\.onnx"):
+        Predictor(tmp_path / "missing")

@@ -1,0 +1,126 @@
+"""`uqc predict`: JSONL on stdout, one record per example, ONNX and torch agree."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+LABELS = ["neg", "pos"]
+
+
+def _shared_export(
+    tmp_path_factory: pytest.TempPathFactory, source: Path, name: str, data: str | None
+) -> Path:
+    """Same directory and config as tests/export/conftest.py: built once, reused by id."""
+    from uqcompress.steps import export
+
+    out = tmp_path_factory.getbasetemp() / "shared-exports" / name
+    return export.run(source, export.ExportConfig(format="onnx", data=data), out).artifact.path
+
+
+@pytest.fixture(scope="module")
+def bert_onnx_artifact(
+    tmp_path_factory: pytest.TempPathFactory,
+    trained_bert_artifact: Path,
+    sentiment_csv: dict[str, Path],
+) -> Path:
+    return _shared_export(
+        tmp_path_factory, trained_bert_artifact, "bert-onnx", str(sentiment_csv["test"])
+    )
+
+
+@pytest.fixture(scope="module")
+def vit_onnx_artifact(tmp_path_factory: pytest.TempPathFactory, tiny_vit_artifact: Path) -> Path:
+    return _shared_export(tmp_path_factory, tiny_vit_artifact, "vit-onnx", "builtin:digits@test")
+
+
+def _records(out: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in out.splitlines()]
+
+
+def _check_records(records: list[dict[str, Any]], labels: list[str], n: int) -> None:
+    assert len(records) == n
+    assert [r["index"] for r in records] == list(range(n))
+    for record in records:
+        assert set(record) == {"index", "label", "probs", "entropy", "mutual_info"}
+        probs = record["probs"]
+        assert list(probs) == labels
+        assert math.isclose(sum(probs.values()), 1.0, abs_tol=1e-5)
+        assert all(0.0 <= p <= 1.0 for p in probs.values())
+        assert record["label"] == max(labels, key=lambda name: probs[name])
+        want_entropy = -sum(p * math.log(p) for p in probs.values() if p > 0)
+        assert record["entropy"] == pytest.approx(want_entropy, abs=1e-5)
+        assert record["mutual_info"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_predict_onnx_and_torch_agree(
+    cli: Callable[..., Any],
+    bert_onnx_artifact: Path,
+    trained_bert_artifact: Path,
+    sentiment_csv: dict[str, Path],
+) -> None:
+    data = sentiment_csv["test"]
+    onnx_run = cli("predict", bert_onnx_artifact, "--data", data)
+    torch_run = cli("predict", trained_bert_artifact, "--data", data, "--batch-size", "7")
+    assert onnx_run.code == 0, onnx_run.err
+    assert torch_run.code == 0, torch_run.err
+    onnx_records, torch_records = _records(onnx_run.out), _records(torch_run.out)
+    _check_records(onnx_records, LABELS, 40)
+    _check_records(torch_records, LABELS, 40)
+    for a, b in zip(onnx_records, torch_records, strict=True):
+        assert a["label"] == b["label"]
+        for label in LABELS:
+            assert a["probs"][label] == pytest.approx(b["probs"][label], abs=1e-4)
+        assert a["entropy"] == pytest.approx(b["entropy"], abs=1e-4)
+    # The trained model predicts the toy task: the labels are not all the same, and mostly right.
+    with data.open() as handle:
+        truth = [row["label"] for row in csv.DictReader(handle)]
+    predicted = [r["label"] for r in onnx_records]
+    assert len(set(predicted)) == 2
+    assert sum(p == t for p, t in zip(predicted, truth, strict=True)) >= 34
+    # predict is not a step: it writes no artifact.
+    root = Path(os.environ["UQC_ARTIFACTS"])
+    assert not root.exists() or not any(root.iterdir())
+
+
+def test_predict_csv_without_label_column(
+    cli: Callable[..., Any],
+    tmp_path: Path,
+    bert_onnx_artifact: Path,
+    trained_bert_artifact: Path,
+) -> None:
+    texts = ["the film was great fun", "awful", "boring and dull and the worst acting"]
+    path = tmp_path / "unlabelled.csv"
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["text"])
+        writer.writerows([t] for t in texts)
+    onnx_run = cli("predict", bert_onnx_artifact, "--data", path)
+    torch_run = cli("predict", trained_bert_artifact, "--data", path)
+    assert onnx_run.code == 0, onnx_run.err
+    assert torch_run.code == 0, torch_run.err
+    onnx_records, torch_records = _records(onnx_run.out), _records(torch_run.out)
+    _check_records(onnx_records, LABELS, 3)
+    for a, b in zip(onnx_records, torch_records, strict=True):
+        assert a["probs"]["pos"] == pytest.approx(b["probs"]["pos"], abs=1e-4)
+    assert onnx_records[0]["label"] == "pos"
+    assert onnx_records[1]["label"] == onnx_records[2]["label"] == "neg"
+
+
+def test_predict_photo_patches_with_vit_export(
+    cli: Callable[..., Any], vit_onnx_artifact: Path
+) -> None:
+    result = cli("predict", vit_onnx_artifact, "--data", "builtin:photo-patches")
+    assert result.code == 0, result.err
+    records = _records(result.out)
+    _check_records(records, [str(d) for d in range(10)], 1000)
+    entropies = [r["entropy"] for r in records]
+    assert max(entropies) <= math.log(10) + 1e-6
+    assert max(entropies) > min(entropies)  # per-example values, not one constant
