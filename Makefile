@@ -1,13 +1,15 @@
 # The README's two commands: `make demo` and `make test`. Both set up .venv first.
 #
 # On a machine without an NVIDIA GPU the CPU build of torch is installed before the package,
-# so the package's broad torch range never pulls a multi-GB CUDA build. Override TORCH_CPU
-# (e.g. with an index option for PyTorch's CPU wheels) where torch==2.13.0 is not at hand.
+# so the package's broad torch range never pulls a multi-GB CUDA build: from a local CPU wheel
+# if pip's find-links has one (then its dependencies from the usual index), else from
+# PyTorch's CPU wheel index (TORCH_CPU_INDEX).
 
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 TORCH_CPU ?= torch==2.13.0
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 STAMP := $(VENV)/.uqc-setup-stamp
 
 .PHONY: setup demo test lint clean
@@ -20,7 +22,9 @@ $(STAMP): pyproject.toml
 	else \
 		$(BIN)/python -c "import torch" 2>/dev/null || { \
 			echo "setup: no GPU: installing the CPU build of torch ($(TORCH_CPU))"; \
-			$(BIN)/pip install -q $(TORCH_CPU); }; \
+			{ $(BIN)/pip install -q --no-index --no-deps $(TORCH_CPU) 2>/dev/null && \
+			  $(BIN)/pip install -q $(TORCH_CPU); } || \
+			$(BIN)/pip install -q $(TORCH_CPU) --index-url $(TORCH_CPU_INDEX); }; \
 		$(BIN)/pip install -q -e ".[cpu,dev]"; \
 	fi
 	@touch $(STAMP)

@@ -39,8 +39,13 @@ def configure_threads(threads: int | None) -> int:
     import torch
 
     if threads is None:
-        env = os.environ.get("UQC_THREADS")
-        threads = int(env) if env and env.isdigit() else DEFAULT_THREADS
+        env = os.environ.get("UQC_THREADS", "").strip()
+        if env and (not env.isdigit() or int(env) < 1):
+            raise ConfigError(
+                f"UQC_THREADS={env!r} is not a positive integer",
+                hint="set UQC_THREADS=1 (or unset it), or pass --threads N",
+            )
+        threads = int(env) if env else DEFAULT_THREADS
     if threads < 1:
         raise ConfigError(f"--threads {threads} must be at least 1", hint="pass --threads 1")
     torch.set_num_threads(threads)

@@ -30,7 +30,7 @@ def evaluate(
         ),
     ],
     data: Annotated[
-        str, typer.Option("--data", help="Labelled data: builtin:NAME[@split] or FILE.csv.")
+        str, typer.Option("--data", help="Labelled data: builtin:NAME\\[@split] or FILE.csv.")
     ],
     ood: Annotated[
         list[str] | None,

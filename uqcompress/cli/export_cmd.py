@@ -21,9 +21,7 @@ from uqcompress.cli.options import (
 
 def export(
     model: Annotated[str, typer.Argument(help="Model artifact or transformers dir ('-': stdin).")],
-    format_: Annotated[
-        str, typer.Option("--format", help="onnx or safetensors. Default: onnx.")
-    ] = "onnx",
+    format_: Annotated[str, typer.Option("--format", help="onnx or safetensors.")] = "onnx",
     data: Annotated[
         str | None,
         typer.Option(

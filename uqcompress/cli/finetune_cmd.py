@@ -25,7 +25,7 @@ from uqcompress.cli.options import (
 def finetune(
     model: Annotated[str, typer.Argument(help="Model artifact or transformers dir ('-': stdin).")],
     data: Annotated[
-        str, typer.Option("--data", help="Training data: builtin:NAME[@split] or FILE.csv.")
+        str, typer.Option("--data", help="Training data: builtin:NAME\\[@split] or FILE.csv.")
     ],
     val: Annotated[
         str | None,

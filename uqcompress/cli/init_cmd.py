@@ -29,7 +29,7 @@ def parse_sets(values: list[str]) -> dict[str, Any]:
 def init(
     family: Annotated[str, typer.Option("--family", help="Model family: bert or vit.")],
     preset: Annotated[
-        str, typer.Option("--preset", help="Size preset: tiny, small or base. Default: tiny.")
+        str, typer.Option("--preset", help="Size preset: tiny, small or base.")
     ] = "tiny",
     set_: Annotated[
         list[str] | None,

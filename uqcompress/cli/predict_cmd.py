@@ -25,7 +25,7 @@ def predict(
         str,
         typer.Option(
             "--data",
-            help="Examples: builtin:NAME[@split] or FILE.csv (a label column is not needed).",
+            help="Examples: builtin:NAME\\[@split] or FILE.csv (a label column is not needed).",
         ),
     ],
     batch_size: BatchSize = 64,

@@ -18,20 +18,12 @@ def load_text_file(
     The fingerprint hashes the file's bytes and the two column names, so renaming the file
     keeps the id and editing one cell changes it.
     """
-    import csv
 
     import datasets
 
-    with path.open(newline="", encoding="utf-8", errors="replace") as handle:
-        reader = csv.reader(handle)
-        header, first_row = next(reader, None), next(reader, None)
-    if header is None:
-        raise DataError(f"{path} is empty", hint="pass a CSV with a header row and examples")
-    if first_row is None:
-        raise DataError(
-            f"{path} has a header but no rows", hint="pass a file with at least one example"
-        )
+    _check_csv_shape(path)
     datasets.disable_progress_bars()
+    datasets.logging.set_verbosity_error()
     try:
         table = datasets.load_dataset("csv", data_files=str(path), split="train")
     except Exception as exc:  # datasets raises many types for unreadable files
@@ -71,3 +63,33 @@ def load_text_file(
         labels=list(labels) if labelled else None,
         fingerprint=fingerprint,
     )
+
+
+def _check_csv_shape(path: Path) -> None:
+    """Catch what `datasets` would report obscurely or not at all: encoding, empty files,
+    rows whose field count differs from the header's (silently shifted columns)."""
+    import csv
+    import io
+
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise DataError(
+            f"{path} is not UTF-8 text (byte {exc.start} is {raw[exc.start]:#04x})",
+            hint="re-save the file as UTF-8",
+        ) from exc
+    rows = [row for row in csv.reader(io.StringIO(text, newline="")) if row]
+    if not rows:
+        raise DataError(f"{path} is empty", hint="pass a CSV with a header row and examples")
+    if len(rows) == 1:
+        raise DataError(
+            f"{path} has a header but no rows", hint="pass a file with at least one example"
+        )
+    width = len(rows[0])
+    for number, row in enumerate(rows[1:], start=2):
+        if len(row) != width:
+            raise DataError(
+                f"{path} row {number} has {len(row)} fields; the header has {width}",
+                hint="quote fields that contain commas, and give every row the header's columns",
+            )

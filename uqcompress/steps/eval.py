@@ -49,6 +49,14 @@ def run(
         )
     roles = ["model"] if len(model_paths) == 1 else [f"member{i}" for i in range(len(model_paths))]
     peeked = [peek_source(p, role) for p, role in zip(model_paths, roles, strict=True)]
+    ids = [ref.id for ref, _ in peeked]
+    duplicates = sorted({p.name for p, i in zip(model_paths, ids, strict=True) if ids.count(i) > 1})
+    if duplicates:
+        raise IncompatibleInputError(
+            f"the same model is given more than once ({', '.join(duplicates)}); an ensemble "
+            "of identical members measures nothing",
+            hint="pass each ensemble member once",
+        )
     members = sum(m for _, m in peeked)
     data = load_data(cfg.data, cfg.text_column, cfg.label_column)
     ood_sets = [

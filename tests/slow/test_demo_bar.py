@@ -1,0 +1,20 @@
+"""The full demo meets its accuracy bar (slow: about 2-3 minutes on 2 cores; `pytest -m slow`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from uqcompress.artifacts import open_artifact
+
+
+@pytest.mark.slow
+def test_full_demo_meets_its_bar(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    result = cli("demo", "--out", str(tmp_path / "demo"), "--device", "cpu")
+    assert result.code == 0, result.err
+    single = open_artifact(tmp_path / "demo" / "eval-single").manifest.summary
+    ensemble = open_artifact(tmp_path / "demo" / "eval-ensemble").manifest.summary
+    assert single["acc"] >= 0.95
+    assert ensemble["acc"] >= 0.95
+    assert ensemble["nll"] < single["nll"]  # the ensemble's promise: better uncertainty
