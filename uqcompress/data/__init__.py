@@ -27,6 +27,10 @@ def load_data(
         if parsed.name == "photo-patches":
             return builtin.load_photo_patches()
         return builtin.load_digits_split(parsed.split)
+    if parsed.kind == "folder":
+        from uqcompress.data.images import load_image_folder
+
+        return load_image_folder(Path(parsed.name), require_labels)
     from uqcompress.data.files import load_text_file
 
     return load_text_file(Path(parsed.name), text_column, label_column, require_labels)

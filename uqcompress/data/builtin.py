@@ -2,8 +2,9 @@
 
 `builtin:digits`: scikit-learn's 1,797 8x8 handwritten digits, 10 classes. Split once,
 stratified by class, with seed 0: 70% `train`, 10% `val`, 20% `test` (1257 / 180 / 360).
-Pixel values 0..16 are presented on the usual 0..255 scale (value * 255 / 16) as
-`[N, 1, 8, 8]` float32, so the model's saved preprocessing is the standard one.
+Pixel values 0..16 are presented as 8-bit grey images, round(value * 255 / 16) on the usual
+0..255 scale, `[N, 1, 8, 8]` float32: the model's saved preprocessing is the standard one, and
+the same digits saved as 8-bit grey PNGs in an image folder score identically.
 """
 
 from __future__ import annotations
@@ -40,7 +41,9 @@ def load_digits_split(split: str) -> LabeledData:
 
     bunch = load_digits()
     index = _digits_splits()[split]
-    images = (bunch.images[index].astype(np.float32) * np.float32(DIGITS_SCALE))[:, None, :, :]
+    # Quantised like any 8-bit image, so a PNG of the digit holds exactly these values.
+    images = np.round(bunch.images[index].astype(np.float64) * DIGITS_SCALE).astype(np.float32)
+    images = images[:, None, :, :]
     labels = bunch.target[index].astype(np.int64)
     fingerprint = sha256_bytes(
         b"digits\0" + np.ascontiguousarray(images).tobytes() + labels.tobytes()

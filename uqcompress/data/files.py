@@ -1,4 +1,4 @@
-"""Tabular text data from files, read through `datasets` (CSV now; JSONL/Parquet next)."""
+"""Tabular text data from files, read through `datasets`: CSV, JSON Lines / JSON, Parquet."""
 
 from __future__ import annotations
 
@@ -9,11 +9,33 @@ from uqcompress.artifacts.hashing import sha256_bytes, sha256_file
 from uqcompress.data.dataset import LabeledData
 from uqcompress.errors import DataError
 
+# suffix -> (datasets builder, what it is, how to fix a file that does not parse)
+FORMATS: dict[str, tuple[str, str, str]] = {
+    ".csv": ("csv", "CSV", "check that the file is a comma-separated table with a header row"),
+    ".jsonl": ("json", "JSON Lines", "write one JSON object per line with the same keys"),
+    ".json": ("json", "JSON", "write a list of objects, or one JSON object per line"),
+    ".parquet": ("parquet", "Parquet", "check the file with pyarrow.parquet.read_table"),
+}
+
+
+def _reason(exc: BaseException) -> str:
+    """The innermost useful message of a datasets/pyarrow failure, on one line."""
+    cause: BaseException | None = exc
+    messages = []
+    while cause is not None:
+        text = " ".join(str(cause).split())
+        if text:
+            messages.append(text)
+        cause = cause.__cause__ or cause.__context__
+    generic = "An error occurred while generating the dataset"
+    useful = [m for m in messages if generic not in m] or messages or [type(exc).__name__]
+    return useful[-1][:200]
+
 
 def load_text_file(
     path: Path, text_column: str, label_column: str, require_labels: bool = True
 ) -> LabeledData:
-    """Read a CSV with a text column and a label column.
+    """Read a table with a text column and a label column.
 
     The fingerprint hashes the file's bytes and the two column names, so renaming the file
     keeps the id and editing one cell changes it.
@@ -21,17 +43,15 @@ def load_text_file(
 
     import datasets
 
-    _check_csv_shape(path)
+    builder, what, hint = FORMATS[path.suffix.lower()]
+    if builder == "csv":
+        _check_csv_shape(path)
     datasets.disable_progress_bars()
     datasets.logging.set_verbosity_error()
     try:
-        table = datasets.load_dataset("csv", data_files=str(path), split="train")
+        table = datasets.load_dataset(builder, data_files=str(path), split="train")
     except Exception as exc:  # datasets raises many types for unreadable files
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise DataError(
-            f"cannot read {path} as CSV ({first})",
-            hint="check that the file is a comma-separated table with a header row",
-        ) from exc
+        raise DataError(f"cannot read {path} as {what} ({_reason(exc)})", hint=hint) from exc
     columns = list(table.column_names)
     labelled = require_labels or label_column in columns
     needed = [("--text-column", text_column)]
@@ -43,7 +63,7 @@ def load_text_file(
                 f"{path} has no column {column!r}; its columns are {', '.join(columns)}",
                 hint=f"pass {flag} with one of those names",
             )
-    if len(table) == 0:
+    if len(table) == 0:  # a JSON/Parquet file with no records
         raise DataError(f"{path} has no rows", hint="pass a file with at least one example")
     texts_raw: list[Any] = table[text_column]
     labels: list[Any] = table[label_column] if labelled else [0] * len(texts_raw)

@@ -13,13 +13,13 @@ BUILTIN_SPLITS: dict[str, tuple[str, ...]] = {
     "photo-patches": ("all",),
 }
 DEFAULT_SPLIT = {"digits": "train", "photo-patches": "all"}
-FILE_SUFFIXES = (".csv",)
+FILE_SUFFIXES = (".csv", ".jsonl", ".json", ".parquet")
 
 
 @dataclass(frozen=True)
 class DataSpec:
     raw: str
-    kind: Literal["builtin", "file"]
+    kind: Literal["builtin", "file", "folder"]
     name: str  # builtin name, or the file path
     split: str | None = None
 
@@ -45,11 +45,14 @@ def parse_spec(raw: str) -> DataSpec:
             )
         return DataSpec(raw=text, kind="builtin", name=name, split=split)
     path = Path(text)
+    if path.is_dir():
+        return DataSpec(raw=text, kind="folder", name=str(path))
     if path.suffix.lower() not in FILE_SUFFIXES:
         raise DataError(
-            f"unknown data spec {raw!r}: not builtin:NAME and not a {'/'.join(FILE_SUFFIXES)} file",
-            hint="pass --data builtin:digits[@train|@val|@test], builtin:photo-patches or "
-            "path/to/file.csv",
+            f"unknown data spec {raw!r}: not builtin:NAME, an image folder, or a "
+            f"{'/'.join(FILE_SUFFIXES)} file",
+            hint="pass builtin:digits[@train|@val|@test], builtin:photo-patches, FILE.csv|"
+            ".jsonl|.json|.parquet, or an image folder DIR/<class>/*.png",
         )
     if not path.is_file():
         raise DataError(f"data file {path} does not exist", hint="check the --data path")

@@ -116,8 +116,11 @@ class Predictor:
         """
         if self.input_kind != "image":
             raise DataError("this model takes text, not images", hint="pass text data")
+        from uqcompress.models.preprocessing import match_channels
+
         p = self.preprocessing
         size, channels = int(p["image_size"]), int(p["num_channels"])
+        pixels = match_channels(pixels, channels)
         if pixels.ndim != 4 or pixels.shape[1:] != (channels, size, size):
             raise DataError(
                 f"images have shape {tuple(pixels.shape)}; the model expects "

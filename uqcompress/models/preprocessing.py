@@ -98,6 +98,7 @@ class ImagePreprocessing:
         """
         if pixels.ndim != 4:
             raise DataError(f"expected images as [N, C, H, W], got shape {pixels.shape}")
+        pixels = match_channels(pixels, self.num_channels)
         _, channels, height, width = pixels.shape
         if channels != self.num_channels or (height, width) != (self.image_size,) * 2:
             raise DataError(
@@ -109,3 +110,20 @@ class ImagePreprocessing:
         std = np.asarray(self.image_std, dtype=np.float32).reshape(1, -1, 1, 1)
         scaled = pixels.astype(np.float32) * np.float32(self.rescale_factor)
         return ((scaled - mean) / std).astype(np.float32)
+
+
+# ITU-R 601-2 luma, the weights of PIL's convert("L").
+_LUMA = np.asarray([0.299, 0.587, 0.114], dtype=np.float32).reshape(1, 3, 1, 1)
+
+
+def match_channels(pixels: npt.NDArray[np.float32], channels: int) -> npt.NDArray[np.float32]:
+    """Colour images for a grey model become luma; grey images for an RGB model repeat.
+
+    Shape: `[N, C, H, W]` -> `[N, channels, H, W]` (other mismatches pass through unchanged).
+    """
+    have = pixels.shape[1]
+    if have == 3 and channels == 1:
+        return (pixels * _LUMA).sum(axis=1, keepdims=True).astype(np.float32)
+    if have == 1 and channels == 3:
+        return np.repeat(pixels, 3, axis=1)
+    return pixels

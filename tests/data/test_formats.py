@@ -1,0 +1,131 @@
+"""Data formats beyond CSV: JSON Lines, JSON, Parquet, image folders."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from uqcompress.data import load_data
+from uqcompress.errors import DataError
+from uqcompress.steps import eval as eval_step
+
+ROWS = [("a great film", "pos"), ("awful and boring", "neg"), ("fun", "pos")]
+
+
+def _jsonl(path: Path, rows: list[dict[str, object]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_jsonl_json_and_parquet_read_like_csv(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    records = [{"text": t, "label": y} for t, y in ROWS]
+    jsonl = load_data(str(_jsonl(tmp_path / "d.jsonl", records)))
+    (tmp_path / "d.json").write_text(json.dumps(records))
+    plain = load_data(str(tmp_path / "d.json"))
+    pq.write_table(pa.Table.from_pylist(records), tmp_path / "d.parquet")
+    parquet = load_data(str(tmp_path / "d.parquet"))
+    for data in (jsonl, plain, parquet):
+        assert data.texts == [t for t, _ in ROWS] and data.labels == [y for _, y in ROWS]
+    assert jsonl.fingerprint != parquet.fingerprint  # content hashes of different bytes
+
+
+def test_unparsable_and_incomplete_files_are_data_errors(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"text": "a", "label": "pos"}\n{not json\n')
+    with pytest.raises(DataError, match=r"cannot read .*broken\.jsonl as JSON Lines"):
+        load_data(str(broken))
+    missing = _jsonl(tmp_path / "m.jsonl", [{"sentence": "a", "label": "pos"}])
+    with pytest.raises(DataError, match="no column 'text'"):
+        load_data(str(missing))
+    mixed = _jsonl(
+        tmp_path / "mixed.jsonl", [{"text": "a", "label": 1}, {"text": "b", "label": "pos"}]
+    )
+    with pytest.raises(DataError):
+        data = load_data(str(mixed))
+        from uqcompress.data.labels import map_labels
+
+        map_labels(data, ["neg", "pos"], placeholder=False)
+
+
+def _write_digit_pngs(root: Path, split: str) -> None:
+    """The digits as a user would save them: 8-bit grey PNGs, one folder per class."""
+    from PIL import Image
+    from sklearn.datasets import load_digits
+
+    from uqcompress.data.builtin import _digits_splits
+
+    bunch = load_digits()
+    for i in _digits_splits()[split]:
+        folder = root / str(bunch.target[i])
+        folder.mkdir(parents=True, exist_ok=True)
+        pixels = np.round(bunch.images[i] * 255.0 / 16.0).astype(np.uint8)
+        Image.fromarray(pixels, mode="L").save(folder / f"{i:04d}.png")
+
+
+def test_digits_as_png_folder_score_identically(tmp_path: Path, tiny_vit_artifact: Path) -> None:
+    from uqcompress.data.builtin import _digits_splits
+    from uqcompress.members import open_source
+
+    _write_digit_pngs(tmp_path / "pngs", "val")
+    folder = load_data(str(tmp_path / "pngs"))
+    builtin = load_data("builtin:digits@val")
+    assert folder.images is not None and builtin.images is not None
+    assert folder.images.shape == (180, 1, 8, 8)
+    # Put the folder's examples (class folders, file names = dataset index) in builtin order.
+    names = sorted(tmp_path.glob("pngs/*/*.png"), key=lambda p: (p.parent.name, p.name))
+    position = {int(p.stem): i for i, p in enumerate(names)}
+    order = [position[int(i)] for i in _digits_splits()["val"]]
+    assert np.array_equal(folder.images[order], builtin.images)  # bit for bit
+    assert [folder.labels[i] for i in order] == [str(y) for y in builtin.labels]
+    source = open_source(tiny_vit_artifact, "model")
+    from_builtin = source.predict(builtin, batch_size=64, max_length=None)
+    from_folder = source.predict(folder, batch_size=64, max_length=None)
+    assert np.array_equal(from_folder.probs[order].argmax(1), from_builtin.probs.argmax(1))
+    assert np.abs(from_folder.probs[order] - from_builtin.probs).max() < 1e-6
+    a = eval_step.run(
+        [tiny_vit_artifact], eval_step.EvalConfig(data="builtin:digits@val"), tmp_path / "e1"
+    ).artifact.manifest.summary
+    b = eval_step.run(
+        [tiny_vit_artifact], eval_step.EvalConfig(data=str(tmp_path / "pngs")), tmp_path / "e2"
+    ).artifact.manifest.summary
+    for key in ("acc", "nll", "brier", "ece"):
+        assert a[key] == pytest.approx(b[key], abs=1e-7), key
+
+
+def test_colour_images_feed_a_grey_model_through_luma(tmp_path: Path) -> None:
+    from PIL import Image
+
+    for label in ("0", "1"):
+        (tmp_path / "rgb" / label).mkdir(parents=True)
+        rgb = np.random.default_rng(int(label)).integers(0, 256, (8, 8, 3)).astype(np.uint8)
+        Image.fromarray(rgb, mode="RGB").save(tmp_path / "rgb" / label / "x.png")
+    data = load_data(str(tmp_path / "rgb"))
+    assert data.images is not None and data.images.shape == (2, 3, 8, 8)
+    from uqcompress.models.preprocessing import match_channels
+
+    grey = match_channels(data.images, 1)
+    expected = np.asarray(Image.open(tmp_path / "rgb" / "0" / "x.png").convert("L"), np.float32)
+    assert np.abs(grey[0, 0] - expected).max() <= 0.5 + 1e-4  # PIL rounds to integers
+
+
+def test_bad_image_folders(tmp_path: Path) -> None:
+    from PIL import Image
+
+    (tmp_path / "corrupt" / "a").mkdir(parents=True)
+    (tmp_path / "corrupt" / "a" / "bad.png").write_bytes(b"\x89PNG not really")
+    with pytest.raises(DataError, match=r"cannot read image .*bad\.png"):
+        load_data(str(tmp_path / "corrupt"))
+    (tmp_path / "sizes" / "a").mkdir(parents=True)
+    Image.new("L", (8, 8)).save(tmp_path / "sizes" / "a" / "1.png")
+    Image.new("L", (9, 9)).save(tmp_path / "sizes" / "a" / "2.png")
+    with pytest.raises(DataError, match="must share one size"):
+        load_data(str(tmp_path / "sizes"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataError, match=r"holds no \.png/\.jpg images"):
+        load_data(str(tmp_path / "empty"))
