@@ -11,8 +11,20 @@ from uqcompress.cli.options import Force, Json, Out, resolve_input
 
 def import_model(
     source: Annotated[
-        str, typer.Argument(help="A transformers save_pretrained directory ('-' reads stdin).")
+        str,
+        typer.Argument(
+            help="A transformers save_pretrained directory, or a Hugging Face Hub id "
+            "(org/name, downloaded when online) ('-' reads stdin)."
+        ),
     ],
+    trust_remote_code: Annotated[
+        bool,
+        typer.Option(
+            "--trust-remote-code",
+            help="Accept a checkpoint whose config asks to run its own code (auto_map). uqc "
+            "never runs that code; it loads the weights with its own BERT/ViT classes.",
+        ),
+    ] = False,
     out: Out = None,
     force: Force = False,
     json_out: Json = False,
@@ -21,4 +33,4 @@ def import_model(
     from uqcompress.cli.output import emit
     from uqcompress.steps import import_ as step
 
-    emit(step.run(resolve_input(source), out, force), json_out)
+    emit(step.run(resolve_input(source), out, force, trust_remote_code), json_out)

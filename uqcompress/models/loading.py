@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,9 +32,18 @@ class ModelSource:
     is_artifact: bool
 
 
-def resolve_model_source(path: Path | str, role: str = "model") -> ModelSource:
-    """Accept a model artifact, or a transformers `save_pretrained` directory as a lineage root."""
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def resolve_model_source(
+    path: Path | str, role: str = "model", trust_remote_code: bool = False
+) -> ModelSource:
+    """Accept a model artifact, a transformers `save_pretrained` directory (a lineage root),
+    or a Hugging Face Hub id (`org/name`, downloaded when online)."""
+    raw = str(path)
     path = Path(path)
+    if not path.exists() and _HUB_ID.match(raw):
+        path = download_from_hub(raw)
     if (path / MANIFEST_NAME).is_file():
         artifact = open_artifact(path, expect_kind="model")
         return ModelSource(path=path, ref=SourceRef.of(role, artifact), is_artifact=True)
@@ -42,6 +53,7 @@ def resolve_model_source(path: Path | str, role: str = "model") -> ModelSource:
                 f"{path} has a config.json but no weights ({', '.join(_WEIGHT_FILES)})",
                 hint="save the model with save_pretrained() so the weights are written",
             )
+        _refuse_remote_code(path, trust_remote_code)
         fingerprint = directory_fingerprint(path)
         ref = SourceRef(
             role=role, path=path.resolve(), id=f"dir-{fingerprint}", kind=TRANSFORMERS_DIR
@@ -49,6 +61,49 @@ def resolve_model_source(path: Path | str, role: str = "model") -> ModelSource:
         return ModelSource(path=path, ref=ref, is_artifact=False)
     read_manifest(path)  # raises the precise "does not exist / not an artifact" error
     raise ArtifactError(f"{path} is not a model", hint="pass a model artifact")  # unreachable
+
+
+def download_from_hub(repo_id: str) -> Path:
+    """Fetch config, tokenizer/processor files and safetensors weights of a Hub model."""
+    hint = "pass a local save_pretrained() directory, or go online to download it"
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        raise ArtifactError(
+            f"{repo_id} is not a local path, and as a Hugging Face Hub id it cannot be fetched: "
+            "HF_HUB_OFFLINE is set",
+            hint=hint,
+        )
+    from huggingface_hub import snapshot_download
+
+    try:
+        local = snapshot_download(
+            repo_id, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model"]
+        )
+    except Exception as exc:  # network, auth, missing repo: all end the same way for a user
+        raise ArtifactError(
+            f"{repo_id} is not a local path, and downloading it from the Hugging Face Hub "
+            f"failed ({first_line(exc)[:200]})",
+            hint=hint,
+        ) from exc
+    return Path(local)
+
+
+def _refuse_remote_code(path: Path, trust_remote_code: bool) -> None:
+    """A checkpoint that ships its own Python (config `auto_map`) needs an explicit yes."""
+    import json
+
+    try:
+        raw = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ArtifactError(
+            f"{path}/config.json is not valid JSON ({exc})",
+            hint="re-save the model with save_pretrained()",
+        ) from exc
+    if isinstance(raw, dict) and raw.get("auto_map") and not trust_remote_code:
+        raise ConfigError(
+            f"{path} asks to run its own Python code (config.json has auto_map); refused",
+            hint="if you trust its author, import it with uqc import DIR --trust-remote-code "
+            "(uqc still loads it with its own BERT/ViT classes)",
+        )
 
 
 @dataclass

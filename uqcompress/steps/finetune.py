@@ -71,6 +71,18 @@ def run(
         from uqcompress.uq.metrics import accuracy
 
         loaded = load_model(source)
+        if _head_is_untrained(source, loaded):
+            # An untrained head's size and label names came from the checkpoint's config, not
+            # from any task: the training data decides both.
+            from uqcompress.models.surgery import replace_classifier
+
+            count = _class_count(train_data)
+            replace_classifier(loaded, [f"LABEL_{i}" for i in range(count)], cfg.seed)
+            writer.summary["classifier_initialised"] = True
+            writer.warn(
+                f"{source.path} had no trained classifier; a new head for {count} classes "
+                f"(from {train_data.spec}) was trained from scratch"
+            )
         mapping = map_labels(train_data, loaded.labels, has_default_labels(loaded.labels))
         if mapping.adopted_labels is not None:
             _adopt_labels(loaded, mapping.adopted_labels)
@@ -133,3 +145,21 @@ def _softmax(logits: Any) -> Any:
     shifted = logits - logits.max(axis=1, keepdims=True)
     exp = np.exp(shifted)
     return exp / exp.sum(axis=1, keepdims=True)
+
+
+def _head_is_untrained(source: Any, loaded: Any) -> bool:
+    """The checkpoint had no classifier weights, now or when it was imported."""
+    if loaded.new_head_keys:
+        return True
+    if source.is_artifact:
+        from uqcompress.artifacts import read_manifest
+
+        return bool(read_manifest(source.path).summary.get("classifier_initialised"))
+    return False
+
+
+def _class_count(data: Any) -> int:
+    """How many classes the training data names (its class names, else distinct labels)."""
+    if data.label_names is not None:
+        return len(data.label_names)
+    return len({str(v) for v in data.labels or []})

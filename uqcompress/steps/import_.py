@@ -10,10 +10,12 @@ from uqcompress.steps.common import StepResult, build_or_reuse
 from uqcompress.steps.init import model_summary
 
 
-def run(source: Path, out: Path | None = None, force: bool = False) -> StepResult:
+def run(
+    source: Path, out: Path | None = None, force: bool = False, trust_remote_code: bool = False
+) -> StepResult:
     from uqcompress.models.loading import load_model, resolve_model_source, save_model
 
-    model_source = resolve_model_source(source)
+    model_source = resolve_model_source(source, trust_remote_code=trust_remote_code)
     if model_source.is_artifact:
         raise ArtifactError(
             f"{source} is already a uqc model artifact",
