@@ -21,6 +21,9 @@ if TYPE_CHECKING:
     from torch.utils.data import DataLoader
 
 
+PRECISIONS = {"fp32": "no", "bf16": "bf16"}
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     epochs: int = 3
@@ -31,6 +34,7 @@ class TrainConfig:
     warmup_ratio: float = 0.1
     max_grad_norm: float = 1.0
     device: str = "cpu"
+    precision: str = "fp32"  # or "bf16": mixed precision through accelerate
 
     def validate(self) -> None:
         if self.epochs < 1:
@@ -40,6 +44,18 @@ class TrainConfig:
         if self.batch_size < 1:
             raise ConfigError(
                 f"--batch-size {self.batch_size} must be at least 1", hint="pass --batch-size 32"
+            )
+        if self.precision not in PRECISIONS:
+            raise ConfigError(
+                f"unknown --precision {self.precision!r}",
+                hint=f"use one of: {', '.join(PRECISIONS)}",
+            )
+        from uqcompress.distributed import world_size
+
+        if self.batch_size % world_size():
+            raise ConfigError(
+                f"--batch-size {self.batch_size} does not split over {world_size()} processes",
+                hint=f"pass a multiple of {world_size()} (the batch size is the global batch)",
             )
 
 
@@ -99,7 +115,15 @@ def train(
 
     cfg.validate()
     set_seed(cfg.seed)
-    accelerator = Accelerator(cpu=cfg.device == "cpu")
+    from accelerate.utils import DataLoaderConfiguration
+
+    # split_batches: --batch-size is the global batch, cut across processes, so a run on N
+    # processes takes the same optimisation steps as a run on one.
+    accelerator = Accelerator(
+        cpu=cfg.device == "cpu",
+        mixed_precision=PRECISIONS[cfg.precision],
+        dataloader_config=DataLoaderConfiguration(split_batches=True),
+    )
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     steps_per_epoch = len(loader)

@@ -166,10 +166,14 @@ class ArtifactWriter:
         artifact = writer.artifact
     """
 
-    def __init__(self, dest: Path, plan: OutputPlan, force: bool = False) -> None:
+    def __init__(
+        self, dest: Path, plan: OutputPlan, force: bool = False, discard: bool = False
+    ) -> None:
         self.dest = Path(dest)
         self.plan = plan
         self.force = force
+        # discard: compute everything, install nothing (non-zero ranks of a multi-process run)
+        self.discard = discard
         self.summary: dict[str, Any] = {}
         self.warnings: list[str] = []
         self.extra_config: dict[str, Any] = {}
@@ -211,8 +215,10 @@ class ArtifactWriter:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if exc_type is not None:
+        if exc_type is not None or self.discard:
             shutil.rmtree(self.dir, ignore_errors=True)
+            if exc_type is None:
+                self._artifact = Artifact(path=self.dest, manifest=self._manifest())
             return
         try:
             self._finalise()
@@ -221,6 +227,15 @@ class ArtifactWriter:
             raise
 
     def _finalise(self) -> None:
+        manifest = self._manifest()
+        # The manifest is written last: its presence is what makes the directory an artifact.
+        tmp_manifest = self.dir / (MANIFEST_NAME + ".partial")
+        tmp_manifest.write_text(manifest.to_json(), encoding="utf-8")
+        os.replace(tmp_manifest, self.dir / MANIFEST_NAME)
+        self._install()
+        self._artifact = Artifact(path=self.dest, manifest=manifest)
+
+    def _manifest(self) -> Manifest:
         files: dict[str, FileEntry] = {}
         for path in sorted(p for p in self.dir.rglob("*") if p.is_file()):
             rel = path.relative_to(self.dir).as_posix()
@@ -253,12 +268,7 @@ class ArtifactWriter:
             summary=self.summary,
             warnings=self.warnings,
         )
-        # The manifest is written last: its presence is what makes the directory an artifact.
-        tmp_manifest = self.dir / (MANIFEST_NAME + ".partial")
-        tmp_manifest.write_text(manifest.to_json(), encoding="utf-8")
-        os.replace(tmp_manifest, self.dir / MANIFEST_NAME)
-        self._install()
-        self._artifact = Artifact(path=self.dest, manifest=manifest)
+        return manifest
 
     def _install(self) -> None:
         """Rename the finished temp dir onto the destination."""

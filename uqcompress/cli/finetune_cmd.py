@@ -40,6 +40,12 @@ def finetune(
     max_length: MaxLength = None,
     text_column: TextColumn = "text",
     label_column: LabelColumn = "label",
+    precision: Annotated[
+        str,
+        typer.Option(
+            "--precision", help="fp32, or bf16 mixed precision (for GPUs; through accelerate)."
+        ),
+    ] = "fp32",
     device: Device = "auto",
     threads: Threads = None,
     out: Out = None,
@@ -62,6 +68,7 @@ def finetune(
         max_length=max_length,
         text_column=text_column,
         label_column=label_column,
+        precision=precision,
         device=resolved_device,
         threads=resolved_threads,
     )

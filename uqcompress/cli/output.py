@@ -10,6 +10,10 @@ from uqcompress.steps.common import StepResult
 
 
 def emit(result: StepResult, as_json: bool) -> None:
+    from uqcompress.distributed import is_main_process
+
+    if not is_main_process():  # one result line per launch, not one per rank
+        return
     artifact = result.artifact
     if as_json:
         payload: dict[str, Any] = {

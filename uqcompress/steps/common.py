@@ -14,6 +14,7 @@ from uqcompress.artifacts import (
     resolve_destination,
 )
 from uqcompress.console import stderr
+from uqcompress.distributed import is_main_process
 from uqcompress.errors import ArtifactError
 
 
@@ -50,6 +51,8 @@ def build_or_reuse(
         return StepResult(artifact=existing, reused=True)
     # Temp dirs of killed processes (their pid is gone) would otherwise pile up here.
     clean_stale_temp_dirs(dest.parent)
-    with ArtifactWriter(dest, plan, force=force) as writer:
+    # In a multi-process launch every rank computes (training needs them all); only rank 0
+    # installs the artifact.
+    with ArtifactWriter(dest, plan, force=force, discard=not is_main_process()) as writer:
         build(writer)
     return StepResult(artifact=writer.artifact, reused=False)

@@ -25,6 +25,7 @@ class FinetuneConfig:
     max_length: int | None = None
     text_column: str = "text"
     label_column: str = "label"
+    precision: str = "fp32"
     device: str = "cpu"
     threads: int = 1
 
@@ -42,6 +43,7 @@ def run(
         batch_size=cfg.batch_size,
         seed=cfg.seed,
         device=cfg.device,
+        precision=cfg.precision,
     )
     train_cfg.validate()  # bad values fail before any data is read
     source = resolve_model_source(model_path)
