@@ -85,22 +85,34 @@ def test_two_processes_match_one_and_only_rank_0_writes(
     assert apart < 1e-4, apart
 
 
-def test_bf16_mixed_precision_trains(cli, tiny_vit_artifact: Path) -> None:  # type: ignore[no-untyped-def]
-    result = cli(
-        "finetune",
-        str(tiny_vit_artifact),
-        "--data",
-        "builtin:digits@val",
-        "--epochs",
-        "1",
-        "--precision",
-        "bf16",
-        "--device",
-        "cpu",
+def test_bf16_mixed_precision_trains(cli, tmp_path: Path, tiny_vit_artifact: Path) -> None:  # type: ignore[no-untyped-def]
+    # A fresh process: accelerate fixes the precision of its process-wide state at first use.
+    env = {**os.environ, "UQC_ARTIFACTS": str(tmp_path / "art")}
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "uqcompress",
+            "finetune",
+            str(tiny_vit_artifact),
+            "--data",
+            "builtin:digits@val",
+            "--epochs",
+            "1",
+            "--precision",
+            "bf16",
+            "--device",
+            "cpu",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
     )
-    assert result.code == 0, result.err
-    manifest = open_artifact(Path(result.out.strip())).manifest
+    assert result.returncode == 0, result.stderr
+    manifest = open_artifact(Path(result.stdout.strip())).manifest
     assert manifest.config["precision"] == "bf16"
+    assert len(manifest.summary["loss_curve"]) == 1
     bad = cli(
         "finetune", str(tiny_vit_artifact), "--data", "builtin:digits@val", "--precision", "fp8"
     )

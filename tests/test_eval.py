@@ -126,3 +126,23 @@ def test_eval_id_follows_data_contents_not_spelling(
     edited = tmp_path / "edited.csv"
     edited.write_text(copy.read_text().replace("pos", "neg", 1))
     assert cli("eval", str(trained_bert_artifact), "--data", str(edited)).out not in outs
+
+
+def test_long_texts_are_truncated_and_counted(
+    cli,
+    tmp_path: Path,
+    trained_bert_artifact: Path,  # type: ignore[no-untyped-def]
+) -> None:
+    from tests.conftest import write_csv
+
+    rows = [("good " * 300, "pos"), ("bad film", "neg"), ("awful " * 200, "neg")]
+    data = write_csv(tmp_path / "long.csv", rows)  # the tiny BERT's limit is 128 tokens
+    result = cli("eval", str(trained_bert_artifact), "--data", str(data), "--json")
+    assert result.code == 0, result.err
+    payload = json.loads(result.out)
+    assert payload["summary"]["truncated"] == 2
+    assert any("2 texts were truncated" in w for w in payload["warnings"])
+    short = cli(
+        "eval", str(trained_bert_artifact), "--data", str(data), "--max-length", "3", "--json"
+    )
+    assert json.loads(short.out)["summary"]["truncated"] == 3

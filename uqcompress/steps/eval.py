@@ -103,6 +103,7 @@ def run(
         outputs = combine([s.predict(data, cfg.batch_size, cfg.max_length) for s in sources])
         truncated = getattr(sources[0], "truncated", 0)
         if truncated:
+            writer.summary["truncated"] = truncated
             writer.warn(f"{truncated} texts were truncated to the max length")
         member_probs = _softmax(outputs.member_logits)  # [N, M, C]
         probs = outputs.probs

@@ -95,6 +95,7 @@ def run(
             )
         encoded = encode(train_data, loaded, mapping.ids, cfg.max_length)
         if encoded.truncated:
+            writer.summary["truncated"] = encoded.truncated
             writer.warn(f"{encoded.truncated} training texts were truncated to the max length")
         loader = make_loader(encoded, cfg.batch_size, shuffle=True, seed=cfg.seed)
 
