@@ -32,6 +32,16 @@ class EncodedData:
         return len(self.labels)
 
 
+def check_input_kind(data: LabeledData, input_kind: str, model_name: str) -> None:
+    """Text data for an image model (or the reverse) fails before anything else is read."""
+    if data.input_kind != input_kind:
+        raise DataError(
+            f"{data.spec} holds {data.input_kind} examples; the model ({model_name}) takes "
+            f"{input_kind}",
+            hint="pass data of the kind the model was built for",
+        )
+
+
 def encode(
     data: LabeledData,
     loaded: LoadedModel,
@@ -40,12 +50,7 @@ def encode(
 ) -> EncodedData:
     """Tokenise text with the model's tokenizer (truncating to `max_length`, default the
     model's limit) or apply the model's saved image preprocessing."""
-    if data.input_kind != loaded.input_kind:
-        raise DataError(
-            f"{data.spec} holds {data.input_kind} examples; the model "
-            f"({loaded.family.name}) takes {loaded.input_kind}",
-            hint="pass data of the kind the model was built for",
-        )
+    check_input_kind(data, loaded.input_kind, loaded.family.name)
     if loaded.input_kind == "image":
         assert data.images is not None and loaded.preprocessing is not None
         return EncodedData(

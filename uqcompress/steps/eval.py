@@ -99,6 +99,10 @@ def run(
                     f"{source.labels}, the first member has {labels}",
                     hint="ensemble only models trained on the same label set",
                 )
+        from uqcompress.data.encoding import check_input_kind
+
+        for each in [data, *ood_sets]:
+            check_input_kind(each, sources[0].input_kind, str(model_paths[0]))
         label_ids = map_labels(data, labels, placeholder=False).ids
         outputs = combine([s.predict(data, cfg.batch_size, cfg.max_length) for s in sources])
         truncated = getattr(sources[0], "truncated", 0)

@@ -42,6 +42,10 @@ def run(
     from uqcompress.models.loading import resolve_model_source
 
     cfg.validate()
+    if cfg.format == "onnx":
+        from uqcompress.deps import require_onnxruntime
+
+        require_onnxruntime()  # the parity gate needs it: fail before the export, not after
     source = resolve_model_source(model_path)
     data = (
         load_data(cfg.data, cfg.text_column, cfg.label_column, require_labels=False)

@@ -73,6 +73,10 @@ def run(
         from uqcompress.uq.metrics import accuracy
 
         loaded = load_model(source)
+        from uqcompress.data.encoding import check_input_kind
+
+        for each in [train_data] + ([val_data] if val_data is not None else []):
+            check_input_kind(each, loaded.input_kind, loaded.family.name)
         if _head_is_untrained(source, loaded):
             # An untrained head's size and label names came from the checkpoint's config, not
             # from any task: the training data decides both.

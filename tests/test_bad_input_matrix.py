@@ -1,0 +1,334 @@
+"""One test per row of the README's bad-input table: exit 1, one line, nothing written."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from uqcompress.models.factory import create_model
+from uqcompress.models.loading import save_model
+
+Case = Callable[[Path, dict[str, Path]], list[str]]
+
+
+def _copy(tmp: Path, source: Path, name: str) -> Path:
+    target = tmp / name
+    shutil.copytree(source, target)
+    return target
+
+
+def _edit_manifest(path: Path, edit: Callable[[dict], None]) -> Path:  # type: ignore[type-arg]
+    raw = json.loads((path / "manifest.json").read_text())
+    edit(raw)
+    (path / "manifest.json").write_text(json.dumps(raw))
+    return path
+
+
+def _checkpoint(tmp: Path, name: str) -> Path:
+    path = tmp / name
+    save_model(create_model("bert", ["neg", "pos"]), path)
+    return path
+
+
+def _tampered(tmp: Path, f: dict[str, Path]) -> list[str]:
+    path = _copy(tmp, f["bert"], "tampered")
+    weights = path / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    return ["verify", str(path)]
+
+
+def _truncated(tmp: Path, f: dict[str, Path]) -> list[str]:
+    path = _copy(tmp, f["bert"], "truncated")
+    (path / "model.safetensors").write_bytes((path / "model.safetensors").read_bytes()[:100])
+    return ["eval", str(path), "--data", str(f["test"])]
+
+
+def _unlisted(tmp: Path, f: dict[str, Path]) -> list[str]:
+    path = _copy(tmp, f["bert"], "unlisted")
+    (path / "extra.json").write_text("{}")
+    return ["verify", str(path)]
+
+
+def _escaping(tmp: Path, f: dict[str, Path]) -> list[str]:
+    path = _copy(tmp, f["bert"], "escaping")
+    _edit_manifest(path, lambda m: m["files"].update({"../x": {"sha256": "0" * 64, "bytes": 1}}))
+    return ["verify", str(path)]
+
+
+def _newer(tmp: Path, f: dict[str, Path]) -> list[str]:
+    path = _copy(tmp, f["bert"], "newer")
+    _edit_manifest(path, lambda m: m.update(kind_version=99))
+    return ["eval", str(path), "--data", str(f["test"])]
+
+
+def _no_weights(tmp: Path, f: dict[str, Path]) -> list[str]:
+    path = _checkpoint(tmp, "noweights")
+    (path / "model.safetensors").unlink()
+    return ["import", str(path)]
+
+
+def _no_tokenizer(tmp: Path, f: dict[str, Path]) -> list[str]:
+    path = tmp / "notok"
+    create_model("bert", ["neg", "pos"]).model.save_pretrained(path)
+    return ["import", str(path)]
+
+
+def _damaged_weights(tmp: Path, f: dict[str, Path]) -> list[str]:
+    path = _checkpoint(tmp, "damaged")
+    (path / "model.safetensors").write_bytes(b"garbage")
+    return ["import", str(path)]
+
+
+def _own_code(tmp: Path, f: dict[str, Path]) -> list[str]:
+    path = _checkpoint(tmp, "owncode")
+    config = json.loads((path / "config.json").read_text())
+    config["auto_map"] = {"AutoModel": "modeling_x.X"}
+    (path / "config.json").write_text(json.dumps(config))
+    return ["import", str(path)]
+
+
+def _csv(tmp: Path, name: str, text: str) -> str:
+    path = tmp / name
+    path.write_text(text)
+    return str(path)
+
+
+def _images(tmp: Path, f: dict[str, Path], sizes: tuple[int, int] | None) -> list[str]:
+    from PIL import Image
+
+    folder = tmp / "imgs" / "3"
+    folder.mkdir(parents=True)
+    if sizes is None:
+        (folder / "x.png").write_bytes(b"\x89PNG broken")
+    else:
+        for i, side in enumerate(sizes):
+            Image.new("L", (side, side)).save(folder / f"{i}.png")
+    return ["eval", str(f["vit"]), "--data", str(tmp / "imgs")]
+
+
+def _occupied_out(tmp: Path, f: dict[str, Path]) -> list[str]:
+    return [
+        "init",
+        "--family",
+        "bert",
+        "--labels",
+        "a,b",
+        "--seed",
+        "7",
+        "--out",
+        str(_copy(tmp, f["bert"], "occupied")),
+    ]
+
+
+def _force_on_files(tmp: Path, f: dict[str, Path]) -> list[str]:
+    (tmp / "precious").mkdir()
+    (tmp / "precious" / "thesis.txt").write_text("years")
+    return [
+        "init",
+        "--family",
+        "bert",
+        "--labels",
+        "a,b",
+        "--out",
+        str(tmp / "precious"),
+        "--force",
+    ]
+
+
+ROWS: dict[str, tuple[Case, str]] = {
+    "missing path": (
+        lambda t, f: ["eval", str(t / "nope"), "--data", str(f["test"])],
+        "does not exist",
+    ),
+    "neither artifact nor model": (
+        lambda t, f: (t / "plain").mkdir() or ["eval", str(t / "plain"), "--data", str(f["test"])],
+        "neither a uqc artifact",
+    ),
+    "checkpoint without weights": (_no_weights, "no weights"),
+    "text model without tokenizer": (_no_tokenizer, "no tokenizer files"),
+    "damaged checkpoint weights": (_damaged_weights, "cannot load the model"),
+    "checkpoint with its own code": (_own_code, "auto_map"),
+    "hub id offline": (lambda t, f: ["import", "some-org/some-model"], "HF_HUB_OFFLINE"),
+    "wrong kind": (
+        lambda t, f: ["finetune", str(f["eval"]), "--data", str(f["test"])],
+        "is an eval artifact; this step needs model",
+    ),
+    "tampered file": (_tampered, "does not match its recorded sha256"),
+    "truncated file": (_truncated, "has 100 bytes"),
+    "unlisted file": (_unlisted, "not listed in its manifest"),
+    "path outside the directory": (_escaping, "outside the artifact directory"),
+    "newer kind_version": (_newer, "kind_version 99"),
+    "unknown data spec": (
+        lambda t, f: ["eval", str(f["bert"]), "--data", "foo.txt"],
+        "unknown data spec",
+    ),
+    "unknown builtin": (
+        lambda t, f: ["eval", str(f["bert"]), "--data", "builtin:nope"],
+        "unknown built-in dataset",
+    ),
+    "unknown split": (
+        lambda t, f: ["eval", str(f["bert"]), "--data", "builtin:digits@dev"],
+        "unknown split 'dev'",
+    ),
+    "missing column": (
+        lambda t, f: [
+            "eval",
+            str(f["bert"]),
+            "--data",
+            _csv(t, "c.csv", "sentence,label\nok,pos\n"),
+        ],
+        "no column 'text'",
+    ),
+    "wrong kind of data": (
+        lambda t, f: ["eval", str(f["bert"]), "--data", "builtin:digits"],
+        "holds image examples",
+    ),
+    "unknown labels": (
+        lambda t, f: ["eval", str(f["bert"]), "--data", _csv(t, "u.csv", "text,label\nok,maybe\n")],
+        "'maybe' that the model does not know",
+    ),
+    "label ids out of range": (
+        lambda t, f: ["eval", str(f["bert"]), "--data", _csv(t, "r.csv", "text,label\nok,7\n")],
+        "outside the model's 2 classes",
+    ),
+    "strings and ints": (
+        lambda t, f: [
+            "eval",
+            str(f["bert"]),
+            "--data",
+            _csv(t, "m.jsonl", '{"text":"a","label":1}\n{"text":"b","label":"pos"}\n'),
+        ],
+        "mixes integer and string labels",
+    ),
+    "fractional labels": (
+        lambda t, f: ["eval", str(f["bert"]), "--data", _csv(t, "f.csv", "text,label\na,0.5\n")],
+        "fractional labels",
+    ),
+    "empty dataset": (
+        lambda t, f: ["eval", str(f["bert"]), "--data", _csv(t, "e.csv", "text,label\n")],
+        "no rows",
+    ),
+    "extra fields": (
+        lambda t, f: [
+            "eval",
+            str(f["bert"]),
+            "--data",
+            _csv(t, "x.csv", "text,label\nok,pos\nhi,pos,x\n"),
+        ],
+        "row 3 has 3 fields",
+    ),
+    "not utf-8": (
+        lambda t, f: (
+            (t / "l.csv").write_bytes("text,label\ncafé,pos\n".encode("latin-1"))
+            and ["eval", str(f["bert"]), "--data", str(t / "l.csv")]
+        ),
+        "not UTF-8",
+    ),
+    "corrupt image": (lambda t, f: _images(t, f, None), "cannot read image"),
+    "images of different sizes": (lambda t, f: _images(t, f, (8, 9)), "must share one size"),
+    "occupied --out": (_occupied_out, "already holds a different model artifact"),
+    "--force on other files": (_force_on_files, "--force only replaces artifacts"),
+    "--out inside an input": (
+        lambda t, f: [
+            "finetune",
+            str(_copy(t, f["bert"], "in")),
+            "--data",
+            str(f["train"]),
+            "--out",
+            str(t / "in" / "sub"),
+        ],
+        "overlaps the input",
+    ),
+    "out-of-range value": (
+        lambda t, f: ["finetune", str(f["bert"]), "--data", str(f["train"]), "--epochs", "0"],
+        "--epochs 0 must be at least 1",
+    ),
+    "impossible --set": (
+        lambda t, f: ["init", "--family", "vit", "--num-labels", "2", "--set", "hidden_size=0"],
+        "hidden_size=0",
+    ),
+    "cuda without gpu": (
+        lambda t, f: ["eval", str(f["bert"]), "--data", str(f["test"]), "--device", "cuda"],
+        "no CUDA device",
+    ),
+    "bad gate": (
+        lambda t, f: ["eval", str(f["bert"]), "--data", str(f["test"]), "--gate", "auroc>=1"],
+        "unknown metric 'auroc'",
+    ),
+    "same model twice": (
+        lambda t, f: ["eval", str(f["bert"]), str(f["bert"]), "--data", str(f["test"])],
+        "more than once",
+    ),
+}
+
+
+@pytest.fixture
+def inputs(
+    tiny_bert_artifact: Path,
+    tiny_vit_artifact: Path,
+    sentiment_csv: dict[str, Path],
+    session_root: Path,
+) -> dict[str, Path]:
+    from uqcompress.steps import eval as eval_step
+
+    evaluation = eval_step.run(
+        [tiny_bert_artifact],
+        eval_step.EvalConfig(data=str(sentiment_csv["test"])),
+        session_root / "matrix-eval",
+    ).artifact.path
+    return {
+        "bert": tiny_bert_artifact,
+        "vit": tiny_vit_artifact,
+        "eval": evaluation,
+        **sentiment_csv,
+    }
+
+
+@pytest.mark.parametrize("row", list(ROWS))
+def test_bad_input_row(
+    row: str,
+    cli,
+    tmp_path: Path,
+    inputs: dict[str, Path],  # type: ignore[no-untyped-def]
+    monkeypatch: pytest.MonkeyPatch,
+    _artifacts_root: Path,
+) -> None:
+    if row == "cuda without gpu":
+        import torch
+
+        if torch.cuda.is_available():
+            pytest.skip("a GPU is visible here")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    work = tmp_path / "work"
+    work.mkdir()
+    build, needle = ROWS[row]
+    args = build(work, inputs)
+    before = sorted(p.name for p in work.rglob("*"))
+    result = cli(*args)
+    assert result.code == 1, result.err
+    assert result.out == ""
+    lines = [line for line in result.err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), result.err
+    assert needle in lines[0]
+    assert "(fix: " in lines[0]
+    assert not _artifacts_root.exists() or not any(_artifacts_root.iterdir())
+    assert sorted(p.name for p in work.rglob("*")) == before  # nothing written, no temp dirs
+
+
+def test_missing_onnxruntime_row(
+    cli,
+    monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+    tiny_vit_artifact: Path,
+) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)
+    result = cli("export", str(tiny_vit_artifact), "--format", "onnx")
+    assert result.code == 1
+    assert "uqcompress[cpu]" in result.err and "uqcompress[gpu]" in result.err
