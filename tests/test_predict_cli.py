@@ -15,32 +15,6 @@ import pytest
 LABELS = ["neg", "pos"]
 
 
-def _shared_export(
-    tmp_path_factory: pytest.TempPathFactory, source: Path, name: str, data: str | None
-) -> Path:
-    """Same directory and config as tests/export/conftest.py: built once, reused by id."""
-    from uqcompress.steps import export
-
-    out = tmp_path_factory.getbasetemp() / "shared-exports" / name
-    return export.run(source, export.ExportConfig(format="onnx", data=data), out).artifact.path
-
-
-@pytest.fixture(scope="module")
-def bert_onnx_artifact(
-    tmp_path_factory: pytest.TempPathFactory,
-    trained_bert_artifact: Path,
-    sentiment_csv: dict[str, Path],
-) -> Path:
-    return _shared_export(
-        tmp_path_factory, trained_bert_artifact, "bert-onnx", str(sentiment_csv["test"])
-    )
-
-
-@pytest.fixture(scope="module")
-def vit_onnx_artifact(tmp_path_factory: pytest.TempPathFactory, tiny_vit_artifact: Path) -> Path:
-    return _shared_export(tmp_path_factory, tiny_vit_artifact, "vit-onnx", "builtin:digits@test")
-
-
 def _records(out: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in out.splitlines()]
 
@@ -62,12 +36,12 @@ def _check_records(records: list[dict[str, Any]], labels: list[str], n: int) -> 
 
 def test_predict_onnx_and_torch_agree(
     cli: Callable[..., Any],
-    bert_onnx_artifact: Path,
+    bert_onnx: Path,
     trained_bert_artifact: Path,
     sentiment_csv: dict[str, Path],
 ) -> None:
     data = sentiment_csv["test"]
-    onnx_run = cli("predict", bert_onnx_artifact, "--data", data)
+    onnx_run = cli("predict", bert_onnx, "--data", data)
     torch_run = cli("predict", trained_bert_artifact, "--data", data, "--batch-size", "7")
     assert onnx_run.code == 0, onnx_run.err
     assert torch_run.code == 0, torch_run.err
@@ -93,7 +67,7 @@ def test_predict_onnx_and_torch_agree(
 def test_predict_csv_without_label_column(
     cli: Callable[..., Any],
     tmp_path: Path,
-    bert_onnx_artifact: Path,
+    bert_onnx: Path,
     trained_bert_artifact: Path,
 ) -> None:
     texts = ["the film was great fun", "awful", "boring and dull and the worst acting"]
@@ -102,7 +76,7 @@ def test_predict_csv_without_label_column(
         writer = csv.writer(handle)
         writer.writerow(["text"])
         writer.writerows([t] for t in texts)
-    onnx_run = cli("predict", bert_onnx_artifact, "--data", path)
+    onnx_run = cli("predict", bert_onnx, "--data", path)
     torch_run = cli("predict", trained_bert_artifact, "--data", path)
     assert onnx_run.code == 0, onnx_run.err
     assert torch_run.code == 0, torch_run.err
@@ -114,10 +88,8 @@ def test_predict_csv_without_label_column(
     assert onnx_records[1]["label"] == onnx_records[2]["label"] == "neg"
 
 
-def test_predict_photo_patches_with_vit_export(
-    cli: Callable[..., Any], vit_onnx_artifact: Path
-) -> None:
-    result = cli("predict", vit_onnx_artifact, "--data", "builtin:photo-patches")
+def test_predict_photo_patches_with_vit_export(cli: Callable[..., Any], vit_onnx: Path) -> None:
+    result = cli("predict", vit_onnx, "--data", "builtin:photo-patches")
     assert result.code == 0, result.err
     records = _records(result.out)
     _check_records(records, [str(d) for d in range(10)], 1000)

@@ -32,7 +32,7 @@ class DemoPlan:
 
 
 # Full: ViT-small (4 layers, 4 heads, hidden 64, 2x2 patches of the 8x8 digit = 16 tokens).
-FULL = DemoPlan(preset="small", epochs=40, lr=1e-3, batch_size=32, members=3)
+FULL = DemoPlan(preset="small", epochs=60, lr=2e-3, batch_size=64, members=3)
 # Quick: tiny ViTs and 2 epochs, for tests; it exercises every step, not the accuracy.
 QUICK = DemoPlan(preset="tiny", epochs=2, lr=1e-3, batch_size=64, members=3)
 
