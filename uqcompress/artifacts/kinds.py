@@ -13,6 +13,7 @@ KIND_VERSIONS: dict[str, int] = {
     "model": 1,
     "eval": 1,
     "onnx": 1,
+    "scores": 1,
     "safetensors": 1,
 }
 

@@ -25,6 +25,8 @@ from uqcompress.cli import (
     init_cmd,
     inspect_cmd,
     predict_cmd,
+    prune_cmd,
+    score_cmd,
 )
 from uqcompress.errors import UqcError
 
@@ -63,6 +65,8 @@ app.command("init")(init_cmd.init)
 app.command("import")(import_cmd.import_model)
 app.command("finetune")(finetune_cmd.finetune)
 app.command("eval")(eval_cmd.evaluate)
+app.command("score")(score_cmd.score)
+app.command("prune")(prune_cmd.prune)
 app.command("export")(export_cmd.export)
 app.command("predict")(predict_cmd.predict)
 app.command("inspect")(inspect_cmd.inspect)

@@ -161,7 +161,7 @@ def has_default_labels(labels: list[str]) -> bool:
 
 def load_model(source: ModelSource) -> LoadedModel:
     """Load the classifier, its labels and its tokenizer or image preprocessing (on CPU)."""
-    from transformers import AutoConfig, AutoTokenizer
+    from transformers import AutoConfig
 
     quiet_transformers()
     path = source.path
@@ -173,6 +173,8 @@ def load_model(source: ModelSource) -> LoadedModel:
             hint="pass a directory written by save_pretrained() of a BERT or ViT model",
         ) from exc
     family = family_for_config(config, str(path))
+    if getattr(config, "uqc_kept_heads", None) is not None:
+        return _finish(_load_pruned(path, config, family), path)
     try:
         loaded_with_info: Any = family.classifier_class().from_pretrained(
             str(path), output_loading_info=True
@@ -192,6 +194,15 @@ def load_model(source: ModelSource) -> LoadedModel:
     loaded.new_head_keys = sorted(
         k for k in info.get("missing_keys", []) if k.startswith("classifier")
     )
+    return _finish(loaded, path)
+
+
+def _finish(loaded: LoadedModel, path: Path) -> LoadedModel:
+    """Attach the tokenizer or image preprocessing saved beside the weights."""
+    from transformers import AutoTokenizer
+
+    family = loaded.family
+    config = loaded.config
     if family.input_kind == "text":
         if not any((path / name).is_file() for name in _TOKENIZER_FILES):
             raise ArtifactError(
@@ -212,13 +223,50 @@ def load_model(source: ModelSource) -> LoadedModel:
     return loaded
 
 
+def _load_pruned(path: Path, config: Any, family: Family) -> LoadedModel:
+    """A head-pruned checkpoint: build the full model, cut it to the recorded heads, then load
+    the weights strictly (plain transformers cannot: its shapes come from the config)."""
+    import torch
+    from safetensors.torch import load_model as load_safetensors_model
+
+    from uqcompress.models.surgery import shape_to_kept_heads
+
+    kept = [list(map(int, layer)) for layer in config.uqc_kept_heads]
+    with torch.random.fork_rng(devices=[]):
+        model = family.classifier_class()(config)
+    loaded = LoadedModel(model=model, family=family, config=model.config, labels=labels_of(config))
+    shape_to_kept_heads(loaded, kept)
+    weights = path / "model.safetensors"
+    try:
+        load_safetensors_model(model, str(weights), strict=True)
+    except Exception as exc:  # missing file, wrong shapes, damaged data
+        raise ArtifactError(
+            f"cannot load the pruned model in {path}: {first_line(exc)[:300]}",
+            hint="re-create it with uqc prune",
+        ) from exc
+    model.eval()
+    return loaded
+
+
 def save_model(loaded: LoadedModel, directory: Path) -> None:
     """Write weights (safetensors), config, tokenizer or preprocessing into ``directory``.
 
     The result loads with plain `transformers.AutoModelFor...from_pretrained(directory)`.
     """
     quiet_transformers()
-    loaded.model.save_pretrained(str(directory), safe_serialization=True)
+    if getattr(loaded.model.config, "uqc_kept_heads", None) is not None:
+        # A head-pruned model: transformers would rename keys to its legacy layout on save
+        # and cannot rebuild our shapes on load, so weights go out under the module's own
+        # names (safetensors, format=pt) and load back through `_load_pruned`.
+        from safetensors.torch import save_model as save_safetensors_model
+
+        directory.mkdir(parents=True, exist_ok=True)
+        loaded.model.config.save_pretrained(str(directory))
+        save_safetensors_model(
+            loaded.model, str(directory / "model.safetensors"), metadata={"format": "pt"}
+        )
+    else:
+        loaded.model.save_pretrained(str(directory), safe_serialization=True)
     if loaded.tokenizer is not None:
         loaded.tokenizer.save_pretrained(str(directory))
     if loaded.preprocessing is not None:

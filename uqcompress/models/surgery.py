@@ -33,3 +33,80 @@ def replace_classifier(loaded: LoadedModel, labels: list[str], seed: int = 0) ->
     model.config.id2label = dict(enumerate(labels))
     model.config.label2id = {name: i for i, name in enumerate(labels)}
     loaded.labels = list(labels)
+
+
+KEPT_HEADS_KEY = "uqc_kept_heads"  # config field: per layer, the ORIGINAL indices of kept heads
+
+
+def kept_heads(loaded: LoadedModel) -> list[list[int]]:
+    """Per layer, the original indices of the heads the model still has."""
+    recorded = getattr(loaded.config, KEPT_HEADS_KEY, None)
+    if recorded is not None:
+        return [list(map(int, layer)) for layer in recorded]
+    heads = int(loaded.config.num_attention_heads)
+    return [list(range(heads)) for _ in range(int(loaded.config.num_hidden_layers))]
+
+
+def prune_heads(loaded: LoadedModel, keep: list[list[int]]) -> None:
+    """Physically remove heads: keep, per layer, the heads at *current* indices `keep[l]`.
+
+    Q/K/V lose the rows of removed heads (weights and biases), the output projection loses
+    their columns (its bias stays). Layers may end with different head counts, or none.
+    The config records the kept heads as original indices, so pruning composes and loading
+    can rebuild the same shapes.
+    """
+    import torch
+    from torch import nn
+
+    from uqcompress.models.gates import head_dim
+
+    layers = loaded.family.attention_layers(loaded.model)
+    if len(keep) != len(layers):
+        raise ValueError(f"keep lists for {len(keep)} layers, the model has {len(layers)}")
+    d = head_dim(loaded)
+    before = kept_heads(loaded)
+    for layer, (parts, heads) in enumerate(zip(layers, keep, strict=True)):
+        current = parts.output.in_features // d
+        if sorted(set(heads)) != list(heads) or any(not 0 <= h < current for h in heads):
+            raise ValueError(
+                f"layer {layer}: keep {heads} is not a sorted subset of 0..{current - 1}"
+            )
+        # The rows of head h are h*d .. h*d + d - 1 in Q/K/V, and the same columns in O.
+        index = torch.tensor([h * d + i for h in heads for i in range(d)], dtype=torch.long)
+
+        out = nn.Linear(len(index), parts.output.out_features, bias=parts.output.bias is not None)
+        with torch.no_grad():
+            out.weight.copy_(parts.output.weight[:, index])
+            if parts.output.bias is not None:
+                out.bias.copy_(parts.output.bias)
+        out = out.to(parts.output.weight.device, parts.output.weight.dtype)
+        new_parts = type(parts)(
+            query=_rows(parts.query, index),
+            key=_rows(parts.key, index),
+            value=_rows(parts.value, index),
+            output=out,
+        )
+        loaded.family.set_attention_layer(loaded.model, layer, new_parts, len(heads))
+    composed = [[before[layer][h] for h in heads] for layer, heads in enumerate(keep)]
+    setattr(loaded.model.config, KEPT_HEADS_KEY, composed)
+    loaded.config = loaded.model.config
+
+
+def _rows(linear: Any, index: Any) -> Any:
+    """A copy of `linear` keeping only the output rows in `index` (weights and bias)."""
+    import torch
+    from torch import nn
+
+    new = nn.Linear(linear.in_features, len(index), bias=linear.bias is not None)
+    with torch.no_grad():
+        new.weight.copy_(linear.weight[index])
+        if linear.bias is not None:
+            new.bias.copy_(linear.bias[index])
+    return new.to(linear.weight.device, linear.weight.dtype)
+
+
+def shape_to_kept_heads(loaded: LoadedModel, kept: list[list[int]]) -> None:
+    """Give a freshly built full model the shapes of a pruned checkpoint (before loading it)."""
+    if hasattr(loaded.model.config, KEPT_HEADS_KEY):
+        delattr(loaded.model.config, KEPT_HEADS_KEY)  # the fresh model still has every head
+    prune_heads(loaded, kept)

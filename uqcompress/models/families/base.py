@@ -50,6 +50,17 @@ class Family(ABC):
     def attention_layers(self, model: nn.Module) -> list[AttentionParts]:
         """The attention projections of every layer, in layer order."""
 
+    @abstractmethod
+    def set_attention_layer(
+        self, model: nn.Module, layer: int, parts: AttentionParts, heads: int
+    ) -> None:
+        """Install new projections for `heads` heads in `layer` (only surgery.py calls this).
+
+        With `heads == 0` the attention core is replaced by a module that returns the output
+        projection's bias: exactly what the fully gated layer computes, without the zero-head
+        reshape that crashes transformers' attention.
+        """
+
     def max_length(self, config: PretrainedConfig) -> int | None:
         """The longest input (tokens) the model accepts; None for images."""
         return None

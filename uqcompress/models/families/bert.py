@@ -78,5 +78,21 @@ class BertFamily(Family):
             for layer in layers
         ]
 
+    def set_attention_layer(
+        self, model: nn.Module, layer: int, parts: AttentionParts, heads: int
+    ) -> None:
+        root: Any = model
+        attention = root.bert.encoder.layer[layer].attention
+        if heads == 0:
+            from uqcompress.models.no_heads import NoHeadsSelfAttention
+
+            attention.self = NoHeadsSelfAttention(parts.query, parts.key, parts.value)
+        else:
+            core = attention.self
+            core.query, core.key, core.value = parts.query, parts.key, parts.value
+            core.num_attention_heads = heads
+            core.all_head_size = parts.query.out_features
+        attention.output.dense = parts.output
+
     def max_length(self, config: PretrainedConfig) -> int | None:
         return int(config.max_position_embeddings)

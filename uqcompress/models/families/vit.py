@@ -94,3 +94,19 @@ class ViTFamily(Family):
             )
             for layer in layers
         ]
+
+    def set_attention_layer(
+        self, model: nn.Module, layer: int, parts: AttentionParts, heads: int
+    ) -> None:
+        root: Any = model
+        block = root.vit.layers[layer]
+        if heads == 0:
+            from uqcompress.models.no_heads import NoHeadsAttention
+
+            block.attention = NoHeadsAttention(parts.query, parts.key, parts.value, parts.output)
+            return
+        attention = block.attention
+        attention.q_proj, attention.k_proj = parts.query, parts.key
+        attention.v_proj, attention.o_proj = parts.value, parts.output
+        if hasattr(attention, "num_heads"):
+            attention.num_heads = heads

@@ -1,0 +1,108 @@
+"""`uqc score`: attention-head importance as a scores artifact."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from uqcompress.cli.options import (
+    BatchSize,
+    Device,
+    Force,
+    Json,
+    LabelColumn,
+    MaxLength,
+    Out,
+    Seed,
+    TextColumn,
+    Threads,
+    resolve_input,
+    setup_compute,
+)
+
+
+def score(
+    model: Annotated[str, typer.Argument(help="Model artifact or transformers dir ('-': stdin).")],
+    method: Annotated[
+        str, typer.Option("--method", help="taylor, hies, circuit, random or l2.")
+    ] = "hies",
+    data: Annotated[
+        str | None,
+        typer.Option(
+            "--data", help="Labelled calibration data (taylor, hies, circuit).", show_default=False
+        ),
+    ] = None,
+    calib_size: Annotated[
+        int, typer.Option("--calib-size", help="Calibration examples (a seeded subset).")
+    ] = 32,
+    alpha: Annotated[
+        float, typer.Option("--alpha", help="HIES weight of importance vs attention entropy.")
+    ] = 0.5,
+    his_abs: Annotated[
+        str, typer.Option("--his-abs", help="HIES: |.| per sample (as defined) or per batch.")
+    ] = "sample",
+    norm_scope: Annotated[
+        str, typer.Option("--norm-scope", help="HIES min-max scope: global or layer.")
+    ] = "global",
+    taylor_layer_l2: Annotated[
+        bool, typer.Option("--taylor-layer-l2", help="Taylor: divide each layer by its L2 norm.")
+    ] = False,
+    taylor_minmax: Annotated[
+        bool, typer.Option("--taylor-minmax", help="Taylor: then min-max over all heads.")
+    ] = False,
+    ood: Annotated[
+        str | None,
+        typer.Option(
+            "--ood", help="circuit: OOD data for the uncertainty objective.", show_default=False
+        ),
+    ] = None,
+    ratio: Annotated[
+        float | None,
+        typer.Option(
+            "--ratio",
+            help="circuit: fraction of heads per layer to remove (the search keeps the rest).",
+            show_default=False,
+        ),
+    ] = None,
+    seed: Seed = 0,
+    batch_size: BatchSize = 16,
+    max_length: MaxLength = None,
+    text_column: TextColumn = "text",
+    label_column: LabelColumn = "label",
+    device: Device = "auto",
+    threads: Threads = None,
+    out: Out = None,
+    force: Force = False,
+    json_out: Json = False,
+) -> None:
+    """Score every attention head ([L, H], higher = keep); pipe into uqc prune."""
+    from uqcompress.cli.output import emit
+    from uqcompress.steps import score as step
+
+    model_path = resolve_input(model)
+    cfg = step.ScoreConfig(
+        method=method,
+        data=data,
+        calib_size=calib_size,
+        alpha=alpha,
+        his_abs=his_abs,
+        norm_scope=norm_scope,
+        taylor_layer_l2=taylor_layer_l2,
+        taylor_minmax=taylor_minmax,
+        ood=ood,
+        ratio=ratio,
+        seed=seed,
+        batch_size=batch_size,
+        max_length=max_length,
+        text_column=text_column,
+        label_column=label_column,
+        device="cpu",
+        threads=1,
+    )
+    cfg.validate()  # before torch is touched
+    resolved_device, resolved_threads = setup_compute(device, threads)
+    from dataclasses import replace
+
+    cfg = replace(cfg, device=resolved_device, threads=resolved_threads)
+    emit(step.run(model_path, cfg, out, force), json_out)

@@ -1,0 +1,1 @@
+"""Head scoring, selection and ensemble methods: pure math on nn.Modules and tensors."""

@@ -1,0 +1,172 @@
+"""`uqc prune`: physically remove the least important attention heads."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from uqcompress.artifacts import MANIFEST_NAME, Artifact, ArtifactWriter, OutputPlan, SourceRef
+from uqcompress.errors import ArtifactError, ConfigError, IncompatibleInputError, ParityError
+from uqcompress.steps.common import StepResult, build_or_reuse
+
+PARITY_ATOL = 1e-5  # pruned vs gated full model: the same function, up to float round-off
+RUNTIME_KEYS = ("device", "threads")
+
+
+@dataclass(frozen=True)
+class PruneConfig:
+    ratio: float
+    scope: str = "layer"
+    min_heads_per_layer: int = 1
+    device: str = "cpu"
+    threads: int = 1
+
+
+def _scores_and_model(input_path: Path, scores_path: Path | None) -> tuple[Artifact, Path]:
+    """The scores artifact and the model it was computed for."""
+    from uqcompress.artifacts import open_artifact, read_manifest
+
+    first = read_manifest(input_path) if (input_path / MANIFEST_NAME).is_file() else None
+    if first is not None and first.kind == "scores":
+        if scores_path is not None:
+            raise ConfigError(
+                "INPUT is already a scores artifact; --scores is for a model INPUT",
+                hint="drop --scores",
+            )
+        scores = open_artifact(input_path, expect_kind="scores")
+        ref = scores.manifest.inputs[0]
+        model_path = (input_path.resolve() / ref.path).resolve()
+        if not model_path.exists():
+            raise ArtifactError(
+                f"the model these scores were computed for is gone ({model_path})",
+                hint="pass the model as INPUT with --scores SCORES",
+            )
+        return scores, model_path
+    if scores_path is None:
+        raise ConfigError(
+            f"{input_path} is a model; prune needs its head scores",
+            hint="pass --scores SCORES, or pipe uqc score ... | uqc prune -",
+        )
+    return open_artifact(scores_path, expect_kind="scores"), input_path
+
+
+def run(
+    input_path: Path,
+    cfg: PruneConfig,
+    scores_path: Path | None = None,
+    out: Path | None = None,
+    force: bool = False,
+) -> StepResult:
+    from uqcompress.models.loading import resolve_model_source
+
+    scores, model_path = _scores_and_model(input_path, scores_path)
+    source = resolve_model_source(model_path)
+    scored_for = scores.manifest.inputs[0].id
+    if source.ref.id != scored_for:
+        raise IncompatibleInputError(
+            f"the scores in {scores.path} were computed for model {scored_for[:12]}, not for "
+            f"{model_path} ({source.ref.id[:12]})",
+            hint="score this model first: uqc score MODEL --data D",
+        )
+    summary = scores.manifest.summary
+    if summary.get("method") == "circuit" and summary.get("ratio") != cfg.ratio:
+        raise ConfigError(
+            f"these circuit scores were searched for --ratio {summary.get('ratio')}, not "
+            f"{cfg.ratio}",
+            hint=f"pass --ratio {summary.get('ratio')}, or re-score with --ratio {cfg.ratio}",
+        )
+    config = asdict(cfg)
+    plan = OutputPlan(
+        kind="model",
+        step="prune",
+        config={**config, "method": summary.get("method")},
+        id_config={k: v for k, v in config.items() if k not in RUNTIME_KEYS},
+        inputs=[source.ref, SourceRef.of("scores", scores)],
+        device=cfg.device,
+    )
+
+    def build(writer: ArtifactWriter) -> None:
+        import torch
+        from safetensors.torch import load_file
+
+        from uqcompress.methods.pruning import select_heads
+        from uqcompress.models.gates import heads_per_layer
+        from uqcompress.models.loading import load_model, save_model
+        from uqcompress.models.surgery import kept_heads, prune_heads
+
+        loaded = load_model(source)
+        score = load_file(str(scores.file("scores.safetensors")))["score"]
+        heads = heads_per_layer(loaded)
+        if tuple(score.shape) != (len(heads), max(heads)) or len(set(heads)) != 1:
+            raise IncompatibleInputError(
+                f"scores have shape {list(score.shape)}; the model has {len(heads)} layers "
+                f"with {heads} heads",
+                hint="score this model first: uqc score MODEL --data D",
+            )
+        if summary.get("method") == "circuit":
+            keep = [list(map(int, k)) for k in summary["kept_heads"]]
+        else:
+            keep = select_heads(score, cfg.ratio, cfg.scope, cfg.min_heads_per_layer)
+        params_before = loaded.num_parameters()
+        batch = _parity_batch(loaded)
+        gated = _gated_logits(loaded, keep, batch)
+        prune_heads(loaded, keep)
+        with torch.inference_mode():
+            pruned = loaded.model(**batch).logits
+        diff = float((pruned - gated).abs().max())
+        if not diff < PARITY_ATOL:
+            raise ParityError(
+                f"the pruned model differs from the gated full model by {diff:.2e} "
+                f"(tolerance {PARITY_ATOL:g}); nothing written",
+                hint="this is a bug in uqc's head surgery; please report it with the model",
+            )
+        save_model(loaded, writer.dir)
+        from uqcompress.steps.init import model_summary
+
+        after = heads_per_layer(loaded)
+        writer.summary.update(model_summary(loaded))
+        writer.summary.update(
+            {
+                "method": summary.get("method"),
+                "ratio": cfg.ratio,
+                "scope": cfg.scope,
+                "heads_before": sum(heads),
+                "heads_after": sum(after),
+                "heads_per_layer": after,
+                "kept_heads": kept_heads(loaded),
+                "parameters_before": params_before,
+                "parameters_after": loaded.num_parameters(),
+                "max_logit_diff_vs_gated": diff,
+            }
+        )
+        if 0 in after:
+            writer.warn(f"layers {[i for i, h in enumerate(after) if h == 0]} have no heads left")
+
+    return build_or_reuse(plan, out, force, build)
+
+
+def _parity_batch(loaded: Any) -> dict[str, Any]:
+    """A synthetic batch with padding (text) or random images, model-ready."""
+    import numpy as np
+
+    from uqcompress.data.encoding import collate, encode
+    from uqcompress.export.onnx import synthetic_examples
+
+    examples = synthetic_examples(loaded, count=6)
+    encoded = encode(examples, loaded, np.zeros(len(examples), dtype=np.int64))
+    return {k: v for k, v in collate(encoded, list(range(len(examples)))).items() if k != "labels"}
+
+
+def _gated_logits(loaded: Any, keep: list[list[int]], batch: dict[str, Any]) -> Any:
+    """The full model's logits with every removed head's gate at 0: what pruning must equal."""
+    import torch
+
+    from uqcompress.models.gates import HeadGates
+
+    with torch.inference_mode(), HeadGates(loaded) as gates:
+        for layer, heads in enumerate(keep):
+            mask = torch.zeros_like(gates.gates[layer])
+            mask[heads] = 1.0
+            gates.gates[layer].copy_(mask)
+        return loaded.model(**batch).logits

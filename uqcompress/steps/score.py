@@ -1,0 +1,229 @@
+"""`uqc score`: attention-head importance, `[L, H]`, as a scores artifact."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from uqcompress.artifacts import ArtifactWriter, OutputPlan
+from uqcompress.errors import ConfigError, DataError
+from uqcompress.steps.common import StepResult, build_or_reuse
+
+METHODS = ("taylor", "hies", "circuit", "random", "l2")
+NEEDS_DATA = ("taylor", "hies", "circuit")
+SCORES_FILE = "scores.safetensors"
+RUNTIME_KEYS = ("device", "threads", "data", "ood", "text_column", "label_column")
+
+
+@dataclass(frozen=True)
+class ScoreConfig:
+    method: str
+    data: str | None = None
+    calib_size: int = 32
+    alpha: float = 0.5
+    his_abs: str = "sample"
+    norm_scope: str = "global"
+    taylor_layer_l2: bool = False
+    taylor_minmax: bool = False
+    ood: str | None = None
+    ratio: float | None = None
+    seed: int = 0
+    batch_size: int = 16
+    max_length: int | None = None
+    text_column: str = "text"
+    label_column: str = "label"
+    device: str = "cpu"
+    threads: int = 1
+
+    def validate(self) -> None:
+        if self.method not in METHODS:
+            raise ConfigError(
+                f"unknown --method {self.method!r}", hint=f"use one of: {', '.join(METHODS)}"
+            )
+        if self.method in NEEDS_DATA and not self.data:
+            raise ConfigError(
+                f"--method {self.method} needs --data (calibration examples)",
+                hint="pass --data, e.g. --data builtin:digits@train",
+            )
+        if self.calib_size < 1:
+            raise ConfigError(
+                f"--calib-size {self.calib_size} must be at least 1", hint="pass --calib-size 32"
+            )
+        if self.batch_size < 1:
+            raise ConfigError(
+                f"--batch-size {self.batch_size} must be at least 1", hint="pass --batch-size 16"
+            )
+        if self.method == "circuit":
+            if self.ratio is None:
+                raise ConfigError(
+                    "--method circuit searches for a head budget: pass --ratio",
+                    hint="e.g. --ratio 0.5 (the same ratio prune will use)",
+                )
+            if not 0.0 <= self.ratio < 1.0:
+                raise ConfigError(
+                    f"--ratio {self.ratio} is outside [0, 1)", hint="pass e.g. --ratio 0.5"
+                )
+        elif self.ood:
+            raise ConfigError(
+                "--ood is used by --method circuit only", hint="drop --ood, or use --method circuit"
+            )
+
+
+def run(
+    model_path: Path, cfg: ScoreConfig, out: Path | None = None, force: bool = False
+) -> StepResult:
+    from uqcompress.data import load_data
+    from uqcompress.models.loading import resolve_model_source
+
+    cfg.validate()
+    source = resolve_model_source(model_path)
+    data = (
+        load_data(cfg.data, cfg.text_column, cfg.label_column)
+        if cfg.method in NEEDS_DATA and cfg.data
+        else None
+    )
+    ood = (
+        load_data(cfg.ood, cfg.text_column, cfg.label_column, require_labels=False)
+        if cfg.ood
+        else None
+    )
+    if data is not None and len(data) == 0:
+        raise DataError(f"{data.spec} is empty", hint="pass calibration examples")
+    config = asdict(cfg)
+    entries = [d.manifest_entry(role) for d, role in ((data, "calibration"), (ood, "ood")) if d]
+    plan = OutputPlan(
+        kind="scores",
+        step="score",
+        config=config,
+        id_config={k: v for k, v in config.items() if k not in RUNTIME_KEYS},
+        inputs=[source.ref],
+        data=entries,
+        device=cfg.device,
+    )
+
+    def build(writer: ArtifactWriter) -> None:
+        from safetensors.torch import save_file
+
+        from uqcompress.models.gates import heads_per_layer
+        from uqcompress.models.loading import load_model
+
+        loaded = load_model(source)
+        model: Any = loaded.model
+        model.to(cfg.device)
+        heads = heads_per_layer(loaded)
+        if len(set(heads)) != 1:
+            raise ConfigError(
+                f"{model_path} is already pruned unevenly ({heads} heads per layer)",
+                hint="score the model before pruning it",
+            )
+        start = time.perf_counter()
+        tensors, extra = _compute(loaded, cfg, data, ood)
+        seconds = time.perf_counter() - start
+        save_file(
+            {k: v.contiguous().float().cpu() for k, v in tensors.items()},
+            str(writer.dir / SCORES_FILE),
+            metadata={"format": "pt"},
+        )
+        score = tensors["score"]
+        writer.summary.update(
+            {
+                "method": cfg.method,
+                "layers": int(score.shape[0]),
+                "heads": int(score.shape[1]),
+                "seconds": round(seconds, 3),
+                "calibration_examples": min(cfg.calib_size, len(data)) if data else 0,
+                **extra,
+            }
+        )
+
+    return build_or_reuse(plan, out, force, build)
+
+
+def _calibration_batches(loaded: Any, data: Any, cfg: ScoreConfig) -> list[dict[str, Any]]:
+    """A seeded subset of `calib_size` labelled examples, encoded once, in fixed batches."""
+    import numpy as np
+
+    from uqcompress.data.dataset import LabeledData
+    from uqcompress.data.encoding import check_input_kind, collate, encode
+    from uqcompress.data.labels import map_labels
+
+    check_input_kind(data, loaded.input_kind, loaded.family.name)
+    ids = map_labels(data, loaded.labels, placeholder=False).ids
+    count = min(cfg.calib_size, len(data))
+    pick = np.sort(np.random.default_rng(cfg.seed).choice(len(data), count, replace=False))
+    subset = LabeledData(
+        spec=data.spec,
+        input_kind=data.input_kind,
+        fingerprint=data.fingerprint,
+        labels=[data.labels[i] for i in pick] if data.labels is not None else None,
+        texts=[data.texts[i] for i in pick] if data.texts is not None else None,
+        images=data.images[pick] if data.images is not None else None,
+    )
+    encoded = encode(subset, loaded, ids[pick], cfg.max_length)
+    device = cfg.device
+    return [
+        {
+            k: v.to(device)
+            for k, v in collate(encoded, list(range(i, min(count, i + cfg.batch_size)))).items()
+        }
+        for i in range(0, count, cfg.batch_size)
+    ]
+
+
+def _compute(
+    loaded: Any, cfg: ScoreConfig, data: Any, ood: Any
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    from uqcompress.methods import scoring
+
+    layers = int(loaded.config.num_hidden_layers)
+    heads = int(loaded.config.num_attention_heads)
+    if cfg.method == "random":
+        return {"score": scoring.random_scores(layers, heads, cfg.seed)}, {}
+    if cfg.method == "l2":
+        return {"score": scoring.l2_scores(loaded)}, {}
+    batches = _calibration_batches(loaded, data, cfg)
+    if cfg.method == "taylor":
+        score = scoring.taylor_scores(
+            loaded, batches, layer_l2=cfg.taylor_layer_l2, global_minmax=cfg.taylor_minmax
+        )
+        return {"score": score}, {}
+    if cfg.method == "hies":
+        parts = scoring.hies_scores(
+            loaded, batches, alpha=cfg.alpha, his_abs=cfg.his_abs, norm_scope=cfg.norm_scope
+        )
+        return {"score": parts["score"], "his": parts["his"], "ae": parts["ae"]}, {}
+    from uqcompress.methods.pruning import heads_to_remove
+
+    assert cfg.ratio is not None
+    keep = heads - heads_to_remove(cfg.ratio, 1, heads, "layer")
+    ood_batches = (
+        _calibration_batches(loaded, _as_index_labels(ood), cfg) if ood is not None else None
+    )
+    from rich.progress import Progress
+
+    from uqcompress.console import stderr
+
+    with Progress(console=stderr, transient=True) as progress:
+        task = progress.add_task("circuit search", total=None)
+
+        def report(done: int, total: int) -> None:
+            progress.update(task, completed=done, total=total)
+
+        score, kept = scoring.circuit_scores(
+            loaded, batches, [keep] * layers, ood_batches=ood_batches, progress=report
+        )
+    return {"score": score}, {
+        "ratio": cfg.ratio,
+        "keep_per_layer": keep,
+        "kept_heads": kept,
+        "objective": "ood" if ood is not None else "nll",
+    }
+
+
+def _as_index_labels(data: Any) -> Any:
+    """OOD sets get class-index 0 labels so they pass label mapping; the labels are unused."""
+    from dataclasses import replace
+
+    return replace(data, labels=[0] * len(data), label_names=None)
