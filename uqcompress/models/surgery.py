@@ -56,7 +56,6 @@ def prune_heads(loaded: LoadedModel, keep: list[list[int]]) -> None:
     can rebuild the same shapes.
     """
     import torch
-    from torch import nn
 
     from uqcompress.models.gates import head_dim
 
@@ -74,7 +73,7 @@ def prune_heads(loaded: LoadedModel, keep: list[list[int]]) -> None:
         # The rows of head h are h*d .. h*d + d - 1 in Q/K/V, and the same columns in O.
         index = torch.tensor([h * d + i for h in heads for i in range(d)], dtype=torch.long)
 
-        out = nn.Linear(len(index), parts.output.out_features, bias=parts.output.bias is not None)
+        out = _linear(len(index), parts.output.out_features, parts.output.bias is not None)
         with torch.no_grad():
             out.weight.copy_(parts.output.weight[:, index])
             if parts.output.bias is not None:
@@ -92,12 +91,23 @@ def prune_heads(loaded: LoadedModel, keep: list[list[int]]) -> None:
     loaded.config = loaded.model.config
 
 
+def _linear(in_features: int, out_features: int, bias: bool) -> Any:
+    """An uninitialised-looking Linear (its values are overwritten by the caller); zero-sized
+    ones are legal here, so torch's warning about initialising them is noise."""
+    import warnings
+
+    from torch import nn
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Initializing zero-element tensors")
+        return nn.Linear(in_features, out_features, bias=bias)
+
+
 def _rows(linear: Any, index: Any) -> Any:
     """A copy of `linear` keeping only the output rows in `index` (weights and bias)."""
     import torch
-    from torch import nn
 
-    new = nn.Linear(linear.in_features, len(index), bias=linear.bias is not None)
+    new = _linear(linear.in_features, len(index), linear.bias is not None)
     with torch.no_grad():
         new.weight.copy_(linear.weight[index])
         if linear.bias is not None:

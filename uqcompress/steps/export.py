@@ -84,9 +84,16 @@ def _write_safetensors(loaded: Any, writer: ArtifactWriter) -> None:
 
     save_model(loaded, writer.dir)
     writer.summary.update(model_summary(loaded))
-    writer.summary["loads_with"] = (
-        f"transformers.{type(loaded.model).__name__}.from_pretrained(dir)"
-    )
+    if getattr(loaded.config, "uqc_kept_heads", None) is not None:
+        writer.summary["loads_with"] = "uqcompress.models.loading.load_model (uqc import DIR)"
+        writer.warn(
+            "this model has pruned, uneven attention heads: plain transformers cannot rebuild "
+            "its shapes from config.json; load it with uqcompress (or use the ONNX export)"
+        )
+    else:
+        writer.summary["loads_with"] = (
+            f"transformers.{type(loaded.model).__name__}.from_pretrained(dir)"
+        )
 
 
 def _write_onnx(

@@ -1,0 +1,631 @@
+"""Attention-head importance scores: Taylor (Michel et al.), HIES, circuit search, L2, random.
+
+Every scorer returns a float32 `[L, H]` tensor on CPU (layer, head); higher means more
+important, i.e. kept first by `methods/pruning.py`. Scoring needs the same head count in every
+layer: score a model before pruning it.
+
+Data arrive as an iterable of batch dicts (what `data.encoding.make_loader` yields): `"labels"`
+plus the model's inputs; text batches carry an `attention_mask` whose 0s mark padding, and
+padding is excluded from every per-token quantity here. The loss is the mean cross-entropy of
+`model(**inputs).logits` against `batch["labels"]`. Models run in eval mode (no dropout) and the
+caller's train/eval flags are restored afterwards.
+
+Heads are reached only through `models.gates` (gates and captures on the attention output
+projection), so every family that `models/families` describes works unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from uqcompress.errors import ConfigError, DataError
+from uqcompress.models.gates import (
+    HeadGates,
+    attention_probabilities,
+    eager_attention,
+    head_dim,
+    heads_per_layer,
+)
+
+if TYPE_CHECKING:
+    from uqcompress.models.loading import LoadedModel
+
+__all__ = [
+    "HIS_ABS",
+    "NORM_SCOPES",
+    "attention_entropy",
+    "auroc",
+    "circuit_evaluations",
+    "circuit_scores",
+    "gate_gradient",
+    "hies_scores",
+    "l2_scores",
+    "minmax",
+    "random_scores",
+    "taylor_scores",
+]
+
+Batch = Mapping[str, Any]
+Progress = Callable[[int, int], None]
+
+HIS_ABS = ("sample", "batch")
+NORM_SCOPES = ("global", "layer")
+
+
+# --------------------------------------------------------------------------- shared helpers
+
+
+def _uniform_heads(loaded: LoadedModel) -> tuple[int, int]:
+    """(L, H) of a model whose layers all have the same, non-zero head count."""
+    counts = heads_per_layer(loaded)
+    if not counts or len(set(counts)) != 1 or counts[0] < 1:
+        raise ConfigError(
+            f"head scores need the same number of heads in every layer; this model has "
+            f"{counts} heads per layer (it was already pruned)",
+            hint="score the model before pruning it",
+        )
+    return len(counts), counts[0]
+
+
+def _device(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+@contextmanager
+def _eval_mode(model: nn.Module) -> Iterator[None]:
+    """Eval mode (no dropout) for the duration; every module's own flag is restored after,
+    because a caller may hold a model with, e.g., a frozen part deliberately left in eval."""
+    flags = [(module, module.training) for module in model.modules()]
+    model.eval()
+    try:
+        yield
+    finally:
+        for module, training in flags:
+            module.training = training
+
+
+def _split(
+    batch: Batch, device: torch.device, need_labels: bool = True
+) -> tuple[dict[str, Any], Tensor]:
+    """Model inputs and labels of one batch, on the model's device.
+
+    Shape: labels `[B]` (an empty tensor when the batch has none and none are needed).
+    """
+    inputs = {
+        k: (v.to(device) if isinstance(v, Tensor) else v) for k, v in batch.items() if k != "labels"
+    }
+    labels = batch.get("labels")
+    if labels is None:
+        if need_labels:
+            raise DataError(
+                "head scoring needs labelled batches (a 'labels' entry per batch); got "
+                f"a batch with keys {sorted(batch)}",
+                hint="score on a labelled dataset, e.g. the training split (--data)",
+            )
+        return inputs, torch.empty(0, dtype=torch.long, device=device)
+    return inputs, torch.as_tensor(labels).to(device=device, dtype=torch.long)
+
+
+def _token_mask(inputs: Mapping[str, Any], batch: int, tokens: int) -> Tensor:
+    """Which positions are real tokens: the text attention mask, or all of them for images.
+
+    Shape: `[B, T]` bool, on the inputs' device.
+    """
+    mask = inputs.get("attention_mask")
+    if isinstance(mask, Tensor) and tuple(mask.shape) == (batch, tokens):
+        return mask.to(torch.bool)
+    device = next((v.device for v in inputs.values() if isinstance(v, Tensor)), None)
+    return torch.ones(batch, tokens, dtype=torch.bool, device=device)
+
+
+def _loss_dtype(logits: Tensor) -> torch.dtype:
+    # Losses in at least float32 (bf16/fp16 models), float64 stays float64 for exact tests.
+    return torch.promote_types(logits.dtype, torch.float32)
+
+
+def _mean_nll(logits: Tensor, labels: Tensor) -> Tensor:
+    """Mean cross-entropy over the batch.
+
+    Shape: logits `[B, C]`, labels `[B]` -> scalar.
+    """
+    return F.cross_entropy(logits.to(_loss_dtype(logits)), labels)
+
+
+def minmax(scores: Tensor, scope: str = "global") -> Tensor:
+    """Min-max normalise to [0, 1], over all heads (`global`) or within each layer (`layer`).
+
+    A constant group (max == min) normalises to zeros: nothing in it is more important than
+    anything else, and zeros keep the result finite.
+
+    Shape: `[L, H]` -> `[L, H]`.
+    """
+    _check_option("norm_scope", scope, NORM_SCOPES, "--norm-scope")
+    # Keep dims so the same arithmetic serves both scopes: [1, 1] (global) or [L, 1] (layer).
+    dims = (0, 1) if scope == "global" else (1,)
+    low = scores.amin(dim=dims, keepdim=True)
+    span = scores.amax(dim=dims, keepdim=True) - low
+    safe = torch.where(span > 0, span, torch.ones_like(span))
+    return torch.where(span > 0, (scores - low) / safe, torch.zeros_like(scores))
+
+
+def _check_option(name: str, value: str, allowed: tuple[str, ...], flag: str) -> None:
+    if value not in allowed:
+        raise ConfigError(
+            f"unknown {name} {value!r}; expected one of {', '.join(allowed)}",
+            hint=f"pass {flag} {' or '.join(allowed)}",
+        )
+
+
+@dataclass
+class _Backward:
+    """What one forward + backward pass of the mean loss gives the scorers.
+
+    Shape: mask `[B, T]` bool; gate_grad `[L, H]`; head_inputs / head_grads: per layer
+    `[B, T, H*d]`; attentions: per layer `[B, H, T, T]`.
+    """
+
+    mask: Tensor
+    gate_grad: Tensor | None = None
+    head_inputs: list[Tensor] | None = None
+    head_grads: list[Tensor] | None = None
+    attentions: list[Tensor] | None = None
+
+
+def _backward_passes(
+    loaded: LoadedModel, batches: Iterable[Batch], *, per_token: bool
+) -> Iterator[_Backward]:
+    """One forward/backward of the mean batch loss per batch, with gates g = 1 attached.
+
+    `per_token=False`: the gradient w.r.t. the gates (Michel/Taylor). `per_token=True`: the
+    head outputs A feeding each output projection, their gradients, and the attention
+    probabilities (HIES); the caller must have switched to eager attention.
+    """
+    model = loaded.model
+    device = _device(model)
+    num_layers, _ = _uniform_heads(loaded)
+    parts = loaded.family.attention_layers(model)
+    captured: dict[int, Tensor] = {}
+
+    def capture(layer: int) -> Callable[[nn.Module, tuple[Any, ...]], None]:
+        def hook(module: nn.Module, args: tuple[Any, ...]) -> None:
+            captured[layer] = args[0]
+
+        return hook
+
+    # The gates are autograd leaves; the capture hook is registered after the gate hook, so it
+    # sees the gated tensor g * A. At g = 1 that tensor equals A and d(loss)/d(g*A) = dL/dA, and
+    # it is part of the graph even when the model's parameters are frozen (requires_grad off).
+    with _eval_mode(model), HeadGates(loaded, requires_grad=True) as gates:
+        handles = [p.output.register_forward_pre_hook(capture(i)) for i, p in enumerate(parts)]
+        try:
+            for batch in batches:
+                inputs, labels = _split(batch, device)
+                captured.clear()
+                with torch.enable_grad():
+                    if per_token:
+                        outputs = model(**inputs, output_attentions=True)
+                    else:
+                        outputs = model(**inputs)
+                    loss = _mean_nll(outputs.logits, labels)
+                    heads = [captured[i] for i in range(num_layers)]
+                    targets = heads if per_token else gates.gates
+                    # autograd.grad, not .backward(): nothing accumulates in parameter .grad.
+                    grads = torch.autograd.grad(loss, targets, allow_unused=True)
+                grads = tuple(
+                    torch.zeros_like(t) if g is None else g
+                    for t, g in zip(targets, grads, strict=True)
+                )
+                size, tokens = heads[0].shape[0], heads[0].shape[1]
+                mask = _token_mask(inputs, size, tokens)
+                if per_token:
+                    yield _Backward(
+                        mask=mask,
+                        head_inputs=[h.detach() for h in heads],
+                        head_grads=list(grads),
+                        attentions=[a.detach() for a in attention_probabilities(loaded, outputs)],
+                    )
+                else:
+                    yield _Backward(mask=mask, gate_grad=torch.stack(grads).detach())
+        finally:
+            for handle in handles:
+                handle.remove()
+
+
+# --------------------------------------------------------------------------- Taylor / Michel
+
+
+def gate_gradient(loaded: LoadedModel, batch: Batch) -> Tensor:
+    """Signed gradient dL/dg of the mean batch loss w.r.t. every head gate, at g = 1.
+
+    This is the quantity whose absolute value `taylor_scores` accumulates; exposed so that it
+    can be checked against finite differences.
+
+    Shape: -> `[L, H]` float32 on CPU.
+    """
+    (result,) = list(_backward_passes(loaded, [batch], per_token=False))
+    assert result.gate_grad is not None
+    return result.gate_grad.float().cpu()
+
+
+def taylor_scores(
+    loaded: LoadedModel,
+    batches: Iterable[Batch],
+    *,
+    layer_l2: bool = False,
+    global_minmax: bool = False,
+) -> Tensor:
+    """Michel et al. (2019) head importance, as in the HF bertology reference.
+
+    I_{l,h} = (sum over batches of |dL_batch / dg_{l,h}|) / (number of non-pad tokens seen),
+    with L_batch the mean cross-entropy of the batch and g the head gates at 1. The absolute
+    value is taken per batch (the reference's `head_mask.grad.abs()`; with batch size 1 it is
+    per example). Per batch, dL/dg_{l,h} = sum over tokens of <A_{l,h}, dL/dA_{l,h}>: the
+    first-order Taylor estimate of the loss change when the head is removed.
+
+    - `layer_l2`: divide each layer's row by its L2 norm (exponent 2, plus 1e-20 as in the
+      reference, so an all-zero row stays zero).
+    - `global_minmax`: then min-max normalise over all L*H heads (a constant tensor -> zeros).
+
+    Shape: -> `[L, H]` float32 on CPU.
+    """
+    num_layers, num_heads = _uniform_heads(loaded)
+    total = torch.zeros(num_layers, num_heads, dtype=torch.float64)
+    tokens = 0
+    for step in _backward_passes(loaded, batches, per_token=False):
+        assert step.gate_grad is not None
+        total += step.gate_grad.detach().to("cpu", torch.float64).abs()
+        tokens += int(step.mask.sum())
+    if tokens == 0:
+        raise DataError(
+            "no calibration tokens: the batches were empty",
+            hint="pass a non-empty calibration set (--data, --calib-size)",
+        )
+    scores = total / tokens
+    if layer_l2:
+        scores = scores / (scores.pow(2).sum(dim=-1, keepdim=True).pow(0.5) + 1e-20)
+    if global_minmax:
+        scores = minmax(scores, "global")
+    return scores.float()
+
+
+# --------------------------------------------------------------------------- HIES
+
+
+def attention_entropy(probs: Tensor, mask: Tensor) -> Tensor:
+    """Normalised attention entropy AE of every head, per example (HIES, §3.1).
+
+    AE_h(x) = (1 / (n log n)) * sum over valid query rows t of H(alpha_t^(h)), with
+    H(p) = -sum_k p_k ln p_k taken over the valid (non-pad) keys only and n the number of valid
+    tokens. Each query row is renormalised over the valid keys first, so probability mass that
+    leaks onto padding (additive -1e4 masks) does not count. The entropy is per query row,
+    never of pooled attention. AE is in [0, 1]: 1 for uniform rows, 0 for one-hot rows.
+    For n <= 1 the normaliser n log n is 0 and a single key has zero entropy anyway, so AE is
+    defined as 0.
+
+    Shape: probs `[B, H, T, T]` (query, key), mask `[B, T]` of 0/1 -> `[B, H]`
+    (float32, or float64 for float64 probs).
+    """
+    if probs.dim() != 4 or mask.dim() != 2:
+        raise ValueError(
+            f"expected probs [B, H, T, T] and mask [B, T]; got {tuple(probs.shape)} and "
+            f"{tuple(mask.shape)}"
+        )
+    size, _, queries, keys = probs.shape
+    if queries != keys or tuple(mask.shape) != (size, keys):
+        raise ValueError(
+            f"probs {tuple(probs.shape)} and mask {tuple(mask.shape)} do not describe the same "
+            "batch of self-attention rows"
+        )
+    p = probs.to(torch.promote_types(probs.dtype, torch.float32))
+    valid = mask.to(device=p.device, dtype=torch.bool)  # [B, T]
+    key_valid = valid[:, None, None, :]  # [B, 1, 1, T]: broadcasts over heads and queries
+    p = torch.where(key_valid, p, torch.zeros_like(p))
+    tiny = torch.finfo(p.dtype).tiny
+    p = p / p.sum(dim=-1, keepdim=True).clamp_min(tiny)
+    row_entropy = -(p * torch.log(p.clamp_min(tiny))).sum(dim=-1)  # [B, H, T]
+    row_entropy = row_entropy * valid[:, None, :].to(p.dtype)  # drop padded query rows
+    n = valid.sum(dim=-1).to(p.dtype)  # [B]
+    norm = n * torch.log(n.clamp_min(1.0))  # n log n; 0 for n <= 1
+    safe = torch.where(norm > 0, norm, torch.ones_like(norm))
+    ae = row_entropy.sum(dim=-1) / safe[:, None]  # [B, H]
+    return torch.where(norm[:, None] > 0, ae, torch.zeros_like(ae))
+
+
+def hies_scores(
+    loaded: LoadedModel,
+    batches: Iterable[Batch],
+    *,
+    alpha: float = 0.5,
+    his_abs: str = "sample",
+    norm_scope: str = "global",
+) -> dict[str, Tensor]:
+    """Head Importance-Entropy Score (Choi et al. 2026), ALGORITHMS.md §3.2.
+
+    Per batch (size B, mean loss L), per example b with n_b valid tokens, per head h:
+
+        s_{b,h} = B * (1/n_b) * sum_{valid t} <dL/dA_{b,t,h}, A_{b,t,h}>
+
+    where A is the concatenated head output entering the output projection. The mean loss
+    gives dL/dA(x_b) = (1/B) dl_b/dA(x_b), so s_{b,h} is the token-averaged Taylor term of
+    example b alone and does not depend on how examples are batched.
+
+    - `his_abs="sample"` (the paper's definition, default): HIS_h = (1/N) sum_b |s_{b,h}|.
+    - `his_abs="batch"` (the bertology-style reading): HIS_h = (1/N) sum_batches
+      |sum_{b in batch} s_{b,h}|, i.e. each batch contributes B * |mean_b s_{b,h}| and the total
+      is divided by the N examples (a ragged last batch weighs by its size). Equal to "sample"
+      for batch size 1 and never larger (triangle inequality).
+    - AE_h = (1/N) sum_b AE_h(x_b), see `attention_entropy`.
+    - Both are min-max normalised (`norm_scope` "global": over all L*H heads; "layer": within
+      each layer; a constant group -> zeros), then HIES = alpha*HIS~ + (1-alpha)*(1-AE~), in
+      [0, 1]. Low-entropy (focused) heads score higher.
+
+    Returns {"score": HIES, "his": raw HIS, "ae": raw AE}.
+
+    Shape: -> each `[L, H]` float32 on CPU.
+    """
+    if not (isinstance(alpha, int | float) and 0.0 <= float(alpha) <= 1.0):
+        raise ConfigError(
+            f"--alpha {alpha} is outside [0, 1]",
+            hint="pass --alpha between 0 (entropy only) and 1 (importance only), e.g. 0.5",
+        )
+    _check_option("his_abs", his_abs, HIS_ABS, "--his-abs")
+    _check_option("norm_scope", norm_scope, NORM_SCOPES, "--norm-scope")
+    num_layers, num_heads = _uniform_heads(loaded)
+    d_head = head_dim(loaded)
+    his = torch.zeros(num_layers, num_heads, dtype=torch.float64)
+    ae = torch.zeros(num_layers, num_heads, dtype=torch.float64)
+    examples = 0
+    with eager_attention(loaded):
+        for step in _backward_passes(loaded, batches, per_token=True):
+            assert step.head_inputs is not None and step.head_grads is not None
+            assert step.attentions is not None
+            mask = step.mask  # [B, T]
+            size, tokens = mask.shape
+            weight = mask.to(step.head_inputs[0].dtype)[:, :, None]  # [B, T, 1]
+            n = mask.sum(dim=1).clamp_min(1)[:, None]  # [B, 1]; a fully padded row gives s = 0
+            for layer in range(num_layers):
+                # [B, T, H*d] -> [B, T, H, d]; the inner product over d gives [B, T, H]
+                a = step.head_inputs[layer].view(size, tokens, num_heads, d_head)
+                g = step.head_grads[layer].view(size, tokens, num_heads, d_head)
+                inner = (g * a).sum(dim=-1) * weight
+                s = size * inner.sum(dim=1) / n  # [B, H]
+                s = s.to("cpu", torch.float64)
+                if his_abs == "sample":
+                    his[layer] += s.abs().sum(dim=0)
+                else:
+                    his[layer] += s.sum(dim=0).abs()
+                ae[layer] += (
+                    attention_entropy(step.attentions[layer], mask)
+                    .to("cpu", torch.float64)
+                    .sum(dim=0)
+                )
+            examples += size
+    if examples == 0:
+        raise DataError(
+            "no calibration examples: the batches were empty",
+            hint="pass a non-empty calibration set (--data, --calib-size)",
+        )
+    his /= examples
+    ae /= examples
+    score = alpha * minmax(his, norm_scope) + (1.0 - alpha) * (1.0 - minmax(ae, norm_scope))
+    return {"score": score.float(), "his": his.float(), "ae": ae.float()}
+
+
+# --------------------------------------------------------------------------- circuit search
+
+
+def auroc(scores_in: Tensor, scores_out: Tensor) -> float:
+    """AUROC of separating OOD (positive) from in-distribution by a score, higher = more OOD.
+
+    P(s_out > s_in) + 0.5 P(s_out == s_in), from mid-ranks (Mann-Whitney U / (n_in n_out));
+    equals sklearn's `roc_auc_score` without needing it at runtime.
+
+    Shape: scores_in `[N_in]`, scores_out `[N_out]` -> float.
+    """
+    n_in, n_out = scores_in.numel(), scores_out.numel()
+    if n_in == 0 or n_out == 0:
+        raise ValueError("auroc needs at least one in-distribution and one OOD score")
+    scores = torch.cat([scores_in.reshape(-1), scores_out.reshape(-1)]).to(torch.float64)
+    _, inverse, counts = torch.unique(scores, sorted=True, return_inverse=True, return_counts=True)
+    ends = counts.cumsum(0).to(torch.float64)  # 1-based rank of each tie group's last member
+    mid_rank = ends - (counts.to(torch.float64) - 1.0) / 2.0
+    rank_sum_out = mid_rank[inverse][n_in:].sum()
+    u_stat = rank_sum_out - n_out * (n_out + 1) / 2.0
+    return float(u_stat / (n_in * n_out))
+
+
+def circuit_evaluations(keep_per_layer: list[int], num_heads: int) -> int:
+    """Objective evaluations the greedy search runs: at each pick, one per remaining
+    candidate, except a pick with a single candidate left (nothing to compare)."""
+    return sum(
+        num_heads - step for keep in keep_per_layer for step in range(keep) if num_heads - step > 1
+    )
+
+
+def _predictive_entropy(logits: Tensor) -> Tensor:
+    """Shape: `[B, C]` -> `[B]` (nats)."""
+    log_p = F.log_softmax(logits, dim=-1)
+    return -(log_p.exp() * log_p).sum(dim=-1)
+
+
+def _objective(
+    model: nn.Module,
+    cached_in: list[tuple[dict[str, Any], Tensor]],
+    cached_ood: list[dict[str, Any]] | None,
+) -> float:
+    """The circuit objective of the currently gated model (higher is better).
+
+    Without OOD data: -NLL_in, the mean cross-entropy over all in-distribution examples.
+    With OOD data: AUROC(entropy_in, entropy_ood) - NLL_in / ln C, where entropy is the
+    predictive entropy of softmax(logits) (OOD positive, higher = more OOD) and C the number of
+    classes. ln C is the NLL of a uniform prediction, so both terms live on a ~[0, 1] scale: a
+    circuit is rewarded for separating OOD data and penalised for losing accuracy/calibration.
+    """
+    nll_sum = torch.zeros((), dtype=torch.float64)
+    count = 0
+    entropy_in: list[Tensor] = []
+    classes = 2
+    for inputs, labels in cached_in:
+        logits = model(**inputs).logits.to(torch.float64)
+        classes = logits.shape[-1]
+        nll_sum += F.cross_entropy(logits, labels, reduction="sum").cpu()
+        count += labels.shape[0]
+        if cached_ood is not None:
+            entropy_in.append(_predictive_entropy(logits).cpu())
+    nll = float(nll_sum) / count
+    if cached_ood is None:
+        return -nll
+    entropy_ood = [
+        _predictive_entropy(model(**inputs).logits.to(torch.float64)).cpu() for inputs in cached_ood
+    ]
+    separation = auroc(torch.cat(entropy_in), torch.cat(entropy_ood))
+    return separation - nll / math.log(max(classes, 2))
+
+
+def circuit_scores(
+    loaded: LoadedModel,
+    batches: Iterable[Batch],
+    keep_per_layer: list[int],
+    *,
+    ood_batches: Iterable[Batch] | None = None,
+    progress: Progress | None = None,
+) -> tuple[Tensor, list[list[int]]]:
+    """Layer-conditioned greedy circuit search (Hydra-Circ / HeadMap), forward passes only.
+
+    Layers are visited in order 0..L-1. Earlier layers are restricted to their chosen heads
+    (others gated to 0), later layers are fully open. In layer l, heads are picked one at a
+    time: for every head not yet kept, the objective is evaluated with this layer's gates =
+    chosen + {candidate}, and the best candidate is kept (ties -> lower head index), until
+    `keep_per_layer[l]` heads are kept.
+
+    Objective (higher is better): -mean NLL on `batches`; with `ood_batches`,
+    AUROC(predictive entropy in vs OOD, OOD positive) - NLL_in / ln C (see `_objective`).
+
+    Score, per layer a permutation of 1..H: the head picked i-th (0-based) scores H - i; the
+    heads never picked score H - k, ..., 1, ordered by their objective at the layer's last pick
+    (ties -> lower index). Scores rank heads within a layer only.
+
+    Each batch is moved to the device once and reused by every evaluation. `progress(done,
+    total)` is called after each evaluation, total = `circuit_evaluations(keep_per_layer, H)`.
+
+    Returns (score, kept): kept[l] is the sorted list of heads kept in layer l.
+
+    Shape: -> score `[L, H]` float32 on CPU.
+    """
+    num_layers, num_heads = _uniform_heads(loaded)
+    keep = _check_keep(keep_per_layer, num_layers, num_heads)
+    model = loaded.model
+    device = _device(model)
+    cached_in = [_split(batch, device) for batch in batches]
+    if not cached_in or sum(labels.shape[0] for _, labels in cached_in) == 0:
+        raise DataError(
+            "no calibration examples: the batches were empty",
+            hint="pass a non-empty calibration set (--data, --calib-size)",
+        )
+    cached_ood: list[dict[str, Any]] | None = None
+    if ood_batches is not None:
+        cached_ood = [_split(batch, device, need_labels=False)[0] for batch in ood_batches]
+        if not cached_ood:
+            raise DataError(
+                "the OOD set has no batches",
+                hint="pass a non-empty OOD set (--ood), or leave it out for the NLL objective",
+            )
+    total = circuit_evaluations(keep, num_heads)
+    done = 0
+    score = torch.zeros(num_layers, num_heads, dtype=torch.float32)
+    kept: list[list[int]] = []
+    open_gates = torch.ones(num_layers, num_heads)  # the gate values of the current search state
+    with torch.no_grad(), _eval_mode(model), HeadGates(loaded) as gates:
+        for layer in range(num_layers):
+            chosen: list[int] = []
+            last: dict[int, float] = {}
+            for _ in range(keep[layer]):
+                candidates = [h for h in range(num_heads) if h not in chosen]
+                if len(candidates) == 1:
+                    chosen.append(candidates[0])
+                    continue
+                values: dict[int, float] = {}
+                for head in candidates:
+                    open_gates[layer] = 0.0
+                    open_gates[layer, [*chosen, head]] = 1.0
+                    gates.set(open_gates)
+                    value = _objective(model, cached_in, cached_ood)
+                    # NaN compares false with everything: rank it last instead.
+                    values[head] = value if not math.isnan(value) else -math.inf
+                    done += 1
+                    if progress is not None:
+                        progress(done, total)
+                chosen.append(max(candidates, key=lambda h: (values[h], -h)))
+                last = values
+            for order, head in enumerate(chosen):
+                score[layer, head] = float(num_heads - order)
+            rest = sorted(
+                (h for h in range(num_heads) if h not in chosen),
+                key=lambda h: (-last.get(h, -math.inf), h),
+            )
+            for order, head in enumerate(rest):
+                score[layer, head] = float(num_heads - len(chosen) - order)
+            # Later layers are searched with this layer restricted to its circuit.
+            open_gates[layer] = 0.0
+            open_gates[layer, chosen] = 1.0
+            kept.append(sorted(chosen))
+    return score, kept
+
+
+def _check_keep(keep_per_layer: list[int], num_layers: int, num_heads: int) -> list[int]:
+    keep = list(keep_per_layer)
+    if len(keep) != num_layers:
+        raise ConfigError(
+            f"keep_per_layer has {len(keep)} entries; the model has {num_layers} layers",
+            hint="give one kept-head count per layer",
+        )
+    for layer, k in enumerate(keep):
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= num_heads:
+            raise ConfigError(
+                f"layer {layer} would keep {k!r} heads; each layer keeps 1..{num_heads}",
+                hint="lower --ratio so every layer keeps at least one head",
+            )
+    return keep
+
+
+# --------------------------------------------------------------------------- baselines
+
+
+def random_scores(num_layers: int, num_heads: int, seed: int) -> Tensor:
+    """Uniform random scores in [0, 1) from a seeded generator (the same seed, the same
+    scores, on every machine: drawn on CPU).
+
+    Shape: -> `[L, H]` float32 on CPU.
+    """
+    for name, value in (("layers", num_layers), ("heads", num_heads)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(
+                f"random scores need a positive number of {name}; got {value!r}",
+                hint="score a model with at least one attention head per layer",
+            )
+    generator = torch.Generator().manual_seed(int(seed))
+    return torch.rand(num_layers, num_heads, generator=generator, dtype=torch.float32)
+
+
+def l2_scores(loaded: LoadedModel) -> Tensor:
+    """Per head, the L2 (Frobenius) norm of its d_h input columns of the output projection:
+    how large a contribution the head can write into the residual stream.
+
+    Shape: -> `[L, H]` float32 on CPU.
+    """
+    _, num_heads = _uniform_heads(loaded)
+    d_head = head_dim(loaded)
+    rows = []
+    for parts in loaded.family.attention_layers(loaded.model):
+        weight = parts.output.weight.detach().to("cpu", torch.float32)  # [out, H*d]
+        per_head = weight.view(weight.shape[0], num_heads, d_head)  # [out, H, d]
+        rows.append(per_head.pow(2).sum(dim=(0, 2)).sqrt())  # [H]
+    return torch.stack(rows)
