@@ -16,7 +16,13 @@ def test_quick_demo_runs_every_step(cli, tmp_path: Path) -> None:  # type: ignor
     assert "builtin:digits@test" in result.err  # the table title
     rows = {
         name: open_artifact(tmp_path / "demo" / name).manifest.summary
-        for name in ("eval-single", "eval-onnx", "eval-ensemble")
+        for name in (
+            "eval-single",
+            "eval-onnx",
+            "eval-pruned",
+            "eval-pruned-finetuned",
+            "eval-ensemble",
+        )
     }
     assert all(r["examples"] == 360 for r in rows.values())
     assert rows["eval-ensemble"]["members"] == 3
@@ -33,7 +39,10 @@ def test_quick_demo_runs_every_step(cli, tmp_path: Path) -> None:  # type: ignor
     ]
     assert all(n["status"] == "ok" for n in lineage["lineage"])
     again = cli("demo", "--quick", "--out", str(tmp_path / "demo"))
-    assert again.out == result.out and again.err.count("reusing") == 10
+    assert again.out == result.out and again.err.count("reusing") == 15
+    pruned = open_artifact(tmp_path / "demo" / "model-pruned").manifest.summary
+    assert pruned["heads_after"] == pruned["heads_before"] // 2
+    assert rows["eval-pruned"]["parameters"] < rows["eval-single"]["parameters"]
 
 
 def test_inspect_table_and_lineage_on_stderr(cli, trained_bert_artifact: Path) -> None:  # type: ignore[no-untyped-def]

@@ -14,6 +14,8 @@ from uqcompress.steps import eval as eval_step
 from uqcompress.steps import export as export_step
 from uqcompress.steps import finetune as finetune_step
 from uqcompress.steps import init as init_step
+from uqcompress.steps import prune as prune_step
+from uqcompress.steps import score as score_step
 from uqcompress.steps.common import StepResult
 
 DIGIT_LABELS = [str(d) for d in range(10)]
@@ -29,12 +31,14 @@ class DemoPlan:
     lr: float
     batch_size: int
     members: int
+    prune_ratio: float = 0.5
+    retrain_epochs: int = 10
 
 
 # Full: ViT-small (4 layers, 4 heads, hidden 64, 2x2 patches of the 8x8 digit = 16 tokens).
 FULL = DemoPlan(preset="small", epochs=60, lr=2e-3, batch_size=64, members=3)
 # Quick: tiny ViTs and 2 epochs, for tests; it exercises every step, not the accuracy.
-QUICK = DemoPlan(preset="tiny", epochs=2, lr=1e-3, batch_size=64, members=3)
+QUICK = DemoPlan(preset="tiny", epochs=2, lr=1e-3, batch_size=64, members=3, retrain_epochs=1)
 
 
 @dataclass(frozen=True)
@@ -95,9 +99,51 @@ def run(out: Path, quick: bool, device: str, threads: int, force: bool = False) 
         cfg = eval_step.EvalConfig(data=TEST, ood=[OOD], device=device, threads=threads)
         return DemoRow(name, eval_step.run(paths, cfg, out / folder, force))
 
+    stderr.print(f"[bold]pruning {plan.prune_ratio:.0%} of the heads (HIES scores)[/bold]")
+    scores = score_step.run(
+        models[0].artifact.path,
+        score_step.ScoreConfig(
+            method="hies",
+            data="builtin:digits@train",
+            calib_size=32,
+            seed=0,
+            device=device,
+            threads=threads,
+        ),
+        out / "scores-hies",
+        force,
+    )
+    pruned = prune_step.run(
+        scores.artifact.path,
+        prune_step.PruneConfig(ratio=plan.prune_ratio, device=device, threads=threads),
+        out=out / "model-pruned",
+        force=force,
+    )
+    retrained = finetune_step.run(
+        pruned.artifact.path,
+        finetune_step.FinetuneConfig(
+            data="builtin:digits@train",
+            val="builtin:digits@val",
+            epochs=plan.retrain_epochs,
+            lr=plan.lr / 2,
+            batch_size=plan.batch_size,
+            seed=0,
+            device=device,
+            threads=threads,
+        ),
+        out / "model-pruned-finetuned",
+        force,
+    )
+    share = f"{plan.prune_ratio:.0%} heads pruned"
     rows = [
         evaluate(f"ViT-{plan.preset} (torch)", [models[0].artifact.path], "eval-single"),
         evaluate(f"ViT-{plan.preset} (ONNX Runtime)", [onnx.artifact.path], "eval-onnx"),
+        evaluate(f"  {share} (HIES), no retraining", [pruned.artifact.path], "eval-pruned"),
+        evaluate(
+            f"  {share}, + {plan.retrain_epochs} epochs fine-tuning",
+            [retrained.artifact.path],
+            "eval-pruned-finetuned",
+        ),
         evaluate(
             f"deep ensemble of {plan.members} ViT-{plan.preset}",
             [m.artifact.path for m in models],
