@@ -261,6 +261,42 @@ ROWS: dict[str, tuple[Case, str]] = {
         lambda t, f: ["eval", str(f["bert"]), "--data", str(f["test"]), "--gate", "auroc>=1"],
         "unknown metric 'auroc'",
     ),
+    "prune ratio out of range": (
+        lambda t, f: ["prune", str(f["bert"]), "--scores", str(f["scores"]), "--ratio", "1.0"],
+        "outside [0, 1)",
+    ),
+    "prune removes too many": (
+        lambda t, f: [
+            "prune",
+            str(f["bert"]),
+            "--scores",
+            str(f["scores"]),
+            "--ratio",
+            "0.9",
+            "--scope",
+            "global",
+        ],
+        "lets at most 6 go",
+    ),
+    "scores of another model": (
+        lambda t, f: ["prune", str(f["vit"]), "--scores", str(f["scores"]), "--ratio", "0.5"],
+        "were computed for model",
+    ),
+    "unknown score method": (
+        lambda t, f: ["score", str(f["bert"]), "--method", "magic"],
+        "unknown --method 'magic'",
+    ),
+    "empty calibration set": (
+        lambda t, f: [
+            "score",
+            str(f["bert"]),
+            "--method",
+            "taylor",
+            "--data",
+            _csv(t, "h.csv", "text,label\n"),
+        ],
+        "no rows",
+    ),
     "same model twice": (
         lambda t, f: ["eval", str(f["bert"]), str(f["bert"]), "--data", str(f["test"])],
         "more than once",
@@ -282,10 +318,16 @@ def inputs(
         eval_step.EvalConfig(data=str(sentiment_csv["test"])),
         session_root / "matrix-eval",
     ).artifact.path
+    from uqcompress.steps import score as score_step
+
+    scores = score_step.run(
+        tiny_bert_artifact, score_step.ScoreConfig(method="l2"), session_root / "matrix-scores"
+    ).artifact.path
     return {
         "bert": tiny_bert_artifact,
         "vit": tiny_vit_artifact,
         "eval": evaluation,
+        "scores": scores,
         **sentiment_csv,
     }
 
