@@ -28,7 +28,7 @@ def demo(
     force: Force = False,
     json_out: Json = False,
 ) -> None:
-    """Train 3 ViTs on builtin:digits, export one to ONNX, compare single / ONNX / ensemble.
+    """Train 3 ViTs on digits; export, prune and ensemble them; compare in one table.
 
     Evaluates on builtin:digits@test with builtin:photo-patches as OOD data and prints a
     table; stdout carries the path of the exported ONNX artifact. Re-running reuses finished

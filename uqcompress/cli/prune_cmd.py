@@ -14,8 +14,9 @@ def prune(
     input_: Annotated[
         str,
         typer.Argument(
+            metavar="INPUT",
             help="A scores artifact (its model is found through its lineage), or a "
-            "model with --scores ('-': stdin)."
+            "model with --scores ('-': stdin).",
         ),
     ],
     ratio: Annotated[float, typer.Option("--ratio", help="Fraction of heads to remove, [0, 1).")],
