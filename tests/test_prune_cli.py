@@ -146,3 +146,29 @@ def test_circuit_ratio_must_match(cli, tiny_vit_artifact: Path) -> None:  # type
     )
     result = cli("prune", scores, "--ratio", "0.25")
     assert result.code == 1 and "searched for --ratio 0.5" in result.err
+
+
+def test_hies_explains_attention_without_probabilities(
+    cli,
+    tiny_vit_artifact: Path,
+    monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+) -> None:
+    """With sdpa attention, transformers returns no probabilities: HIES must say so, not crash."""
+    from contextlib import nullcontext
+
+    import uqcompress.methods.scoring as scoring
+
+    monkeypatch.setattr(scoring, "eager_attention", lambda loaded: nullcontext())
+    result = cli(
+        "score",
+        str(tiny_vit_artifact),
+        "--method",
+        "hies",
+        "--data",
+        "builtin:digits@val",
+        "--calib-size",
+        "8",
+    )
+    assert result.code == 1, result.err
+    assert "returned no attention probabilities" in result.err
+    assert result.out == ""
