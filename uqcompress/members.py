@@ -144,16 +144,41 @@ def peek_source(path: Path, role: str) -> tuple[SourceRef, int]:
     """Identity and member count of an input without loading it (ids are known up front)."""
     from uqcompress.models.loading import resolve_model_source
 
-    if (path / MANIFEST_NAME).is_file() and read_manifest(path).kind == "onnx":
-        artifact = open_artifact(path, expect_kind="onnx")
+    kind = read_manifest(path).kind if (path / MANIFEST_NAME).is_file() else None
+    if kind in ("onnx", "members"):
+        artifact = open_artifact(path, expect_kind=kind)
         return SourceRef.of(role, artifact), int(artifact.manifest.summary.get("members", 1))
     return resolve_model_source(path, role).ref, 1
+
+
+class MembersSource(PredictionSource):
+    """A members artifact (uqc prune --members): its pruned models as one deep ensemble."""
+
+    def __init__(self, path: Path, role: str, device: str) -> None:
+        artifact = open_artifact(path, expect_kind="members")
+        self.ref, self.path = SourceRef.of(role, artifact), path
+        count = int(artifact.manifest.summary["members"])
+        self.parts = [
+            TorchSource(path / f"member{m}", f"{role}.member{m}", device) for m in range(count)
+        ]
+        self.labels = self.parts[0].labels
+        self.input_kind = self.parts[0].input_kind
+        self.members = count
+        self.parameters = sum(p.parameters for p in self.parts)
+
+    def predict(self, data: LabeledData, batch_size: int, max_length: int | None) -> MemberOutputs:
+        outputs = [p.predict(data, batch_size, max_length) for p in self.parts]
+        self.truncated = getattr(self.parts[0], "truncated", 0)
+        return combine(outputs)
 
 
 def open_source(
     path: Path, role: str, device: str = "cpu", threads: int | None = None
 ) -> PredictionSource:
     """A model artifact or transformers dir runs in torch; an onnx artifact in ONNX Runtime."""
-    if (path / MANIFEST_NAME).is_file() and read_manifest(path).kind == "onnx":
+    kind = read_manifest(path).kind if (path / MANIFEST_NAME).is_file() else None
+    if kind == "onnx":
         return OnnxSource(path, role, device, threads)
+    if kind == "members":
+        return MembersSource(path, role, device)
     return TorchSource(path, role, device)

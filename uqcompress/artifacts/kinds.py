@@ -14,6 +14,7 @@ KIND_VERSIONS: dict[str, int] = {
     "eval": 1,
     "onnx": 1,
     "scores": 1,
+    "members": 1,
     "safetensors": 1,
 }
 

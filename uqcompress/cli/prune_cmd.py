@@ -19,7 +19,16 @@ def prune(
             "model with --scores ('-': stdin).",
         ),
     ],
-    ratio: Annotated[float, typer.Option("--ratio", help="Fraction of heads to remove, [0, 1).")],
+    ratio: Annotated[
+        float | None,
+        typer.Option(
+            "--ratio",
+            help="Fraction of heads to remove, [0, 1). Required for one "
+            "model; with --members the default keeps max(1, round(H/M)) heads per "
+            "layer in each member.",
+            show_default=False,
+        ),
+    ] = None,
     scores: Annotated[
         Path | None,
         typer.Option(
@@ -40,6 +49,23 @@ def prune(
             "--min-heads-per-layer", help="Heads every layer keeps (0 allows empty layers)."
         ),
     ] = 1,
+    members: Annotated[
+        int,
+        typer.Option(
+            "--members",
+            help="Differently-pruned members to produce (an ensemble); writes a members artifact.",
+        ),
+    ] = 1,
+    select: Annotated[
+        str,
+        typer.Option(
+            "--select",
+            help="Members: topk (score set m for member m; needs "
+            "uqc score --members M), gumbel (Gumbel-top-k sampling from one set) "
+            "or partition (ranked heads dealt round-robin: no shared head).",
+        ),
+    ] = "topk",
+    seed: Annotated[int, typer.Option("--seed", help="Seed of --select gumbel.")] = 0,
     device: Device = "cpu",
     threads: Threads = None,
     out: Out = None,
@@ -58,5 +84,8 @@ def prune(
         min_heads_per_layer=min_heads_per_layer,
         device=resolved_device,
         threads=resolved_threads,
+        members=members,
+        select=select,
+        seed=seed,
     )
     emit(step.run(input_path, cfg, scores, out, force), json_out)

@@ -65,6 +65,14 @@ def score(
             show_default=False,
         ),
     ] = None,
+    members: Annotated[
+        int,
+        typer.Option(
+            "--members",
+            help="Score sets, each on its own seeded calibration subset "
+            "(seed + m), for M ensemble members.",
+        ),
+    ] = 1,
     seed: Seed = 0,
     batch_size: BatchSize = 16,
     max_length: MaxLength = None,
@@ -92,6 +100,7 @@ def score(
         taylor_minmax=taylor_minmax,
         ood=ood,
         ratio=ratio,
+        members=members,
         seed=seed,
         batch_size=batch_size,
         max_length=max_length,

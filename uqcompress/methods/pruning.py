@@ -86,3 +86,83 @@ def _stable_descending(scores: torch.Tensor) -> list[list[tuple[float, int]]]:
         sorted(((float(v), h) for h, v in enumerate(row)), key=lambda item: (-item[0], item[1]))
         for row in scores
     ]
+
+
+SELECTS = ("topk", "gumbel", "partition")
+GUMBEL_TEMPERATURE = 1.0  # on per-layer min-max scores: the best head is at most e times likelier
+
+
+def member_keep_count(num_heads: int, members: int, ratio: float | None) -> int:
+    """Heads each member keeps per layer: H - round(ratio * H), or max(1, round(H / M)) so
+    that the M members together hold about the base model's head count."""
+    if ratio is None:
+        return max(1, round(num_heads / members))
+    if not 0.0 <= ratio < 1.0:
+        raise ConfigError(f"--ratio {ratio} is outside [0, 1)", hint="pass e.g. --ratio 0.5")
+    return num_heads - round(ratio * num_heads)
+
+
+def select_member_heads(
+    scores: torch.Tensor, members: int, keep: int, select: str, seed: int = 0
+) -> list[list[list[int]]]:
+    """Kept heads per member and layer, for M differently-pruned ensemble members.
+
+    Shape: scores `[M, L, H]` (one set per member, `topk`) or `[L, H]` (`gumbel`,
+    `partition`) -> M lists of L sorted lists of `keep` head indices.
+
+    - `topk`: member m keeps the `keep` best heads of score set m.
+    - `gumbel`: Gumbel-top-k sampling from one score set: per layer, logits =
+      minmax(scores) / 1.0, plus Gumbel noise seeded by (seed, m); the `keep` largest win.
+    - `partition`: per layer the heads ranked by score are dealt round-robin (best to member
+      0, next to member 1, ...); each member keeps its `keep` best dealt heads, so members
+      share no head.
+    """
+    if select not in SELECTS:
+        raise ConfigError(f"unknown --select {select!r}", hint=f"use one of: {', '.join(SELECTS)}")
+    if select == "topk":
+        if scores.dim() != 3 or scores.shape[0] != members:
+            sets = 1 if scores.dim() == 2 else int(scores.shape[0])
+            raise ConfigError(
+                f"--select topk needs one score set per member; these scores have {sets} "
+                f"for {members} members (the members would be identical)",
+                hint=f"score with uqc score ... --members {members}, or use --select gumbel "
+                "or --select partition",
+            )
+        return [_top(scores[m], keep) for m in range(members)]
+    base = scores[0] if scores.dim() == 3 else scores
+    num_heads = int(base.shape[1])
+    if select == "partition":
+        if keep * members > num_heads:
+            raise ConfigError(
+                f"--select partition deals {num_heads} heads per layer to {members} members: "
+                f"each gets at most {num_heads // members}, not {keep}",
+                hint="raise --ratio, use fewer --members, or --select gumbel",
+            )
+        order = [[h for _, h in row] for row in _stable_descending(base)]
+        return [[sorted(row[m::members][:keep]) for row in order] for m in range(members)]
+    lo = base.min(dim=1, keepdim=True).values
+    span = (base.max(dim=1, keepdim=True).values - lo).clamp_min(1e-12)
+    logits = (base - lo) / span / GUMBEL_TEMPERATURE
+    chosen = []
+    for m in range(members):
+        generator = torch.Generator().manual_seed(seed * 1_000_003 + m)
+        uniform = torch.rand(base.shape, generator=generator).clamp(1e-12, 1 - 1e-12)
+        chosen.append(_top(logits - torch.log(-torch.log(uniform)), keep))
+    return chosen
+
+
+def _top(scores: torch.Tensor, keep: int) -> list[list[int]]:
+    """Shape: `[L, H]` -> per layer the sorted indices of the `keep` largest (ties: lower index)."""
+    return [sorted(h for _, h in row[:keep]) for row in _stable_descending(scores)]
+
+
+def jaccard_per_layer(members: list[list[list[int]]]) -> list[float]:
+    """Mean pairwise Jaccard overlap |A & B| / |A | B| of kept heads, per layer (1 if M = 1)."""
+    layers = len(members[0])
+    result = []
+    for layer in range(layers):
+        sets = [set(m[layer]) for m in members]
+        pairs = [(a, b) for i, a in enumerate(sets) for b in sets[i + 1 :]]
+        values = [len(a & b) / len(a | b) if a | b else 1.0 for a, b in pairs]
+        result.append(sum(values) / len(values) if values else 1.0)
+    return result

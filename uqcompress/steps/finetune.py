@@ -46,7 +46,8 @@ def run(
         precision=cfg.precision,
     )
     train_cfg.validate()  # bad values fail before any data is read
-    source = resolve_model_source(model_path)
+    members = _is_members(model_path)
+    source = None if members else resolve_model_source(model_path)
     train_data = load_data(cfg.data, cfg.text_column, cfg.label_column)
     val_data = load_data(cfg.val, cfg.text_column, cfg.label_column) if cfg.val else None
     config = asdict(cfg)
@@ -58,84 +59,19 @@ def run(
         step="finetune",
         config=config,
         id_config={k: v for k, v in config.items() if k not in RUNTIME_KEYS},
-        inputs=[source.ref],
+        inputs=[source.ref] if source is not None else [],
         data=data_entries,
         device=cfg.device,
     )
 
+    if members:
+        return _run_members(model_path, cfg, train_cfg, train_data, val_data, plan, out, force)
+
     def build(writer: ArtifactWriter) -> None:
-        from uqcompress.data.encoding import encode, make_loader
-        from uqcompress.data.labels import map_labels
-        from uqcompress.inference import predict_logits
-        from uqcompress.models.loading import has_default_labels, load_model, save_model
-        from uqcompress.steps.init import model_summary
-        from uqcompress.train import train
-        from uqcompress.uq.metrics import accuracy
-
-        loaded = load_model(source)
-        from uqcompress.data.encoding import check_input_kind
-
-        for each in [train_data] + ([val_data] if val_data is not None else []):
-            check_input_kind(each, loaded.input_kind, loaded.family.name)
-        if _head_is_untrained(source, loaded):
-            # An untrained head's size and label names came from the checkpoint's config, not
-            # from any task: the training data decides both.
-            from uqcompress.models.surgery import replace_classifier
-
-            count = _class_count(train_data)
-            replace_classifier(loaded, [f"LABEL_{i}" for i in range(count)], cfg.seed)
-            writer.summary["classifier_initialised"] = True
-            writer.warn(
-                f"{source.path} had no trained classifier; a new head for {count} classes "
-                f"(from {train_data.spec}) was trained from scratch"
-            )
-        mapping = map_labels(train_data, loaded.labels, has_default_labels(loaded.labels))
-        if mapping.adopted_labels is not None:
-            _adopt_labels(loaded, mapping.adopted_labels)
-            writer.summary["labels_from_data"] = True
-            writer.warn(
-                f"the model had placeholder labels; adopted {len(loaded.labels)} label names "
-                f"from {train_data.spec}: {', '.join(loaded.labels)}"
-            )
-        encoded = encode(train_data, loaded, mapping.ids, cfg.max_length)
-        if encoded.truncated:
-            writer.summary["truncated"] = encoded.truncated
-            writer.warn(f"{encoded.truncated} training texts were truncated to the max length")
-        loader = make_loader(encoded, cfg.batch_size, shuffle=True, seed=cfg.seed)
-
-        validate: Any = None
-        if val_data is not None:
-            val_ids = map_labels(val_data, loaded.labels, placeholder=False).ids
-            val_encoded = encode(val_data, loaded, val_ids, cfg.max_length)
-
-            def validate(model: Any) -> dict[str, float]:
-                logits = predict_logits(model, val_encoded, device=cfg.device).logits
-                return {"acc": accuracy(_softmax(logits), val_ids)}
-
-        result = train(
-            loaded.model,
-            loader,
-            train_cfg,
-            validate=validate,
-            description=f"finetune {loaded.family.name}",
-        )
-        trained: Any = loaded.model
-        trained.to("cpu")
-        save_model(loaded, writer.dir)
-        writer.summary.update(model_summary(loaded))
-        writer.summary.update(
-            {
-                "trained": True,
-                "epochs": cfg.epochs,
-                "steps": result.steps,
-                "train_examples": len(train_data),
-                "train_seconds": round(result.seconds, 3),
-                "loss_curve": [round(v, 6) for v in result.loss_curve],
-            }
-        )
-        if result.val_curve:
-            writer.summary["val_acc_curve"] = [round(m["acc"], 6) for m in result.val_curve]
-            writer.summary["val_acc"] = round(result.val_curve[-1]["acc"], 6)
+        summary, warnings = _train_into(source, cfg, train_cfg, train_data, val_data, writer.dir)
+        writer.summary.update(summary)
+        for warning in warnings:
+            writer.warn(warning)
 
     return build_or_reuse(plan, out, force, build)
 
@@ -170,3 +106,164 @@ def _class_count(data: Any) -> int:
     if data.label_names is not None:
         return len(data.label_names)
     return len({str(v) for v in data.labels or []})
+
+
+def _train_into(
+    source: Any,
+    cfg: FinetuneConfig,
+    train_cfg: Any,
+    train_data: Any,
+    val_data: Any,
+    directory: Path,
+) -> tuple[dict[str, Any], list[str]]:
+    """Fine-tune the model of `source` and save it into `directory`; returns the summary and
+    the warnings for its manifest."""
+    summary: dict[str, Any] = {}
+    warnings: list[str] = []
+    from uqcompress.data.encoding import encode, make_loader
+    from uqcompress.data.labels import map_labels
+    from uqcompress.inference import predict_logits
+    from uqcompress.models.loading import has_default_labels, load_model, save_model
+    from uqcompress.steps.init import model_summary
+    from uqcompress.train import train
+    from uqcompress.uq.metrics import accuracy
+
+    loaded = load_model(source)
+    from uqcompress.data.encoding import check_input_kind
+
+    for each in [train_data] + ([val_data] if val_data is not None else []):
+        check_input_kind(each, loaded.input_kind, loaded.family.name)
+    if _head_is_untrained(source, loaded):
+        # An untrained head's size and label names came from the checkpoint's config, not
+        # from any task: the training data decides both.
+        from uqcompress.models.surgery import replace_classifier
+
+        count = _class_count(train_data)
+        replace_classifier(loaded, [f"LABEL_{i}" for i in range(count)], cfg.seed)
+        summary["classifier_initialised"] = True
+        warnings.append(
+            f"{source.path} had no trained classifier; a new head for {count} classes "
+            f"(from {train_data.spec}) was trained from scratch"
+        )
+    mapping = map_labels(train_data, loaded.labels, has_default_labels(loaded.labels))
+    if mapping.adopted_labels is not None:
+        _adopt_labels(loaded, mapping.adopted_labels)
+        summary["labels_from_data"] = True
+        warnings.append(
+            f"the model had placeholder labels; adopted {len(loaded.labels)} label names "
+            f"from {train_data.spec}: {', '.join(loaded.labels)}"
+        )
+    encoded = encode(train_data, loaded, mapping.ids, cfg.max_length)
+    if encoded.truncated:
+        summary["truncated"] = encoded.truncated
+        warnings.append(f"{encoded.truncated} training texts were truncated to the max length")
+    loader = make_loader(encoded, cfg.batch_size, shuffle=True, seed=cfg.seed)
+
+    validate: Any = None
+    if val_data is not None:
+        val_ids = map_labels(val_data, loaded.labels, placeholder=False).ids
+        val_encoded = encode(val_data, loaded, val_ids, cfg.max_length)
+
+        def validate(model: Any) -> dict[str, float]:
+            logits = predict_logits(model, val_encoded, device=cfg.device).logits
+            return {"acc": accuracy(_softmax(logits), val_ids)}
+
+    result = train(
+        loaded.model,
+        loader,
+        train_cfg,
+        validate=validate,
+        description=f"finetune {loaded.family.name}",
+    )
+    trained: Any = loaded.model
+    trained.to("cpu")
+    save_model(loaded, directory)
+    summary.update(model_summary(loaded))
+    summary.update(
+        {
+            "trained": True,
+            "epochs": cfg.epochs,
+            "steps": result.steps,
+            "train_examples": len(train_data),
+            "train_seconds": round(result.seconds, 3),
+            "loss_curve": [round(v, 6) for v in result.loss_curve],
+        }
+    )
+    if result.val_curve:
+        summary["val_acc_curve"] = [round(m["acc"], 6) for m in result.val_curve]
+        summary["val_acc"] = round(result.val_curve[-1]["acc"], 6)
+    return summary, warnings
+
+
+def _is_members(path: Path) -> bool:
+    from uqcompress.artifacts import MANIFEST_NAME, read_manifest
+
+    return (path / MANIFEST_NAME).is_file() and read_manifest(path).kind == "members"
+
+
+def _run_members(
+    path: Path,
+    cfg: FinetuneConfig,
+    train_cfg: Any,
+    train_data: Any,
+    val_data: Any,
+    plan: OutputPlan,
+    out: Path | None,
+    force: bool,
+) -> StepResult:
+    """Fine-tune every member of a members artifact: member m with seed + m (its own
+    initial head noise, dropout and data order), into a new members artifact."""
+    from dataclasses import replace
+
+    from uqcompress.artifacts import SourceRef, open_artifact
+    from uqcompress.models.loading import resolve_model_source
+
+    artifact = open_artifact(path, expect_kind="members")
+    count = int(artifact.manifest.summary["members"])
+    plan = replace(plan, kind="members", inputs=[SourceRef.of("members", artifact)])
+
+    def build(writer: ArtifactWriter) -> None:
+        curves = []
+        for m in range(count):
+            member_cfg = replace(cfg, seed=cfg.seed + m)
+            summary, warnings = _train_into(
+                resolve_model_source(path / f"member{m}"),
+                member_cfg,
+                replace(train_cfg, seed=cfg.seed + m),
+                train_data,
+                val_data,
+                writer.dir / f"member{m}",
+            )
+            curves.append(summary)
+            for warning in dict.fromkeys(warnings):
+                writer.warn(f"member {m}: {warning}")
+        first = curves[0]
+        writer.summary.update(
+            {
+                **{
+                    k: v
+                    for k, v in artifact.manifest.summary.items()
+                    if k
+                    in (
+                        "members",
+                        "select",
+                        "method",
+                        "heads_per_member",
+                        "kept_heads",
+                        "jaccard_per_layer",
+                        "jaccard_mean",
+                        "family",
+                    )
+                },
+                "labels": first["labels"],
+                "trained": True,
+                "epochs": cfg.epochs,
+                "train_seconds": round(sum(c["train_seconds"] for c in curves), 3),
+                "loss_curves": [c["loss_curve"] for c in curves],
+                "parameters_per_member": [c["parameters"] for c in curves],
+            }
+        )
+        if all("val_acc" in c for c in curves):
+            writer.summary["val_acc_per_member"] = [c["val_acc"] for c in curves]
+
+    return build_or_reuse(plan, out, force, build)

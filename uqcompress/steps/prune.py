@@ -16,11 +16,30 @@ RUNTIME_KEYS = ("device", "threads")
 
 @dataclass(frozen=True)
 class PruneConfig:
-    ratio: float
+    ratio: float | None = None  # required for one model; members default to H / M heads each
     scope: str = "layer"
     min_heads_per_layer: int = 1
+    members: int = 1
+    select: str = "topk"
+    seed: int = 0
     device: str = "cpu"
     threads: int = 1
+
+    def validate(self) -> None:
+        if self.members < 1:
+            raise ConfigError(
+                f"--members {self.members} must be at least 1",
+                hint="pass --members 4 for a 4-member ensemble",
+            )
+        if self.members == 1 and self.ratio is None:
+            raise ConfigError(
+                "--ratio is required for a single pruned model", hint="pass e.g. --ratio 0.5"
+            )
+        if self.members > 1 and self.scope != "layer":
+            raise ConfigError(
+                "--members prunes every member per layer",
+                hint="drop --scope global when using --members",
+            )
 
 
 def _scores_and_model(input_path: Path, scores_path: Path | None) -> tuple[Artifact, Path]:
@@ -60,6 +79,7 @@ def run(
 ) -> StepResult:
     from uqcompress.models.loading import resolve_model_source
 
+    cfg.validate()
     scores, model_path = _scores_and_model(input_path, scores_path)
     source = resolve_model_source(model_path)
     scored_for = scores.manifest.inputs[0].id
@@ -70,13 +90,16 @@ def run(
             hint="score this model first: uqc score MODEL --data D",
         )
     summary = scores.manifest.summary
-    if summary.get("method") == "circuit" and summary.get("ratio") != cfg.ratio:
+    circuit = summary.get("method") == "circuit"
+    if circuit and cfg.members == 1 and summary.get("ratio") != cfg.ratio:
         raise ConfigError(
             f"these circuit scores were searched for --ratio {summary.get('ratio')}, not "
             f"{cfg.ratio}",
             hint=f"pass --ratio {summary.get('ratio')}, or re-score with --ratio {cfg.ratio}",
         )
     config = asdict(cfg)
+    if cfg.members > 1:
+        return _run_members(source, scores, cfg, out, force)
     plan = OutputPlan(
         kind="model",
         step="prune",
@@ -98,6 +121,11 @@ def run(
         loaded = load_model(source)
         score = load_file(str(scores.file("scores.safetensors")))["score"]
         heads = heads_per_layer(loaded)
+        if score.dim() == 3:
+            raise ConfigError(
+                f"these scores hold {score.shape[0]} score sets (uqc score --members)",
+                hint=f"pass --members {score.shape[0]} to prune one member per set",
+            )
         if tuple(score.shape) != (len(heads), max(heads)) or len(set(heads)) != 1:
             raise IncompatibleInputError(
                 f"scores have shape {list(score.shape)}; the model has {len(heads)} layers "
@@ -107,6 +135,7 @@ def run(
         if summary.get("method") == "circuit":
             keep = [list(map(int, k)) for k in summary["kept_heads"]]
         else:
+            assert cfg.ratio is not None
             keep = select_heads(score, cfg.ratio, cfg.scope, cfg.min_heads_per_layer)
         params_before = loaded.num_parameters()
         batch = _parity_batch(loaded)
@@ -170,3 +199,87 @@ def _gated_logits(loaded: Any, keep: list[list[int]], batch: dict[str, Any]) -> 
             mask[heads] = 1.0
             gates.gates[layer].copy_(mask)
         return loaded.model(**batch).logits
+
+
+def _run_members(
+    source: Any, scores: Artifact, cfg: PruneConfig, out: Path | None, force: bool
+) -> StepResult:
+    """M differently-pruned copies of one base model, one `member{m}/` model dir each."""
+    config = asdict(cfg)
+    summary = scores.manifest.summary
+    plan = OutputPlan(
+        kind="members",
+        step="prune",
+        config={**config, "method": summary.get("method")},
+        id_config={k: v for k, v in config.items() if k not in RUNTIME_KEYS},
+        inputs=[source.ref, SourceRef.of("scores", scores)],
+        device=cfg.device,
+    )
+
+    def build(writer: ArtifactWriter) -> None:
+        import torch
+        from safetensors.torch import load_file
+
+        from uqcompress.methods.pruning import (
+            jaccard_per_layer,
+            member_keep_count,
+            select_member_heads,
+        )
+        from uqcompress.models.gates import heads_per_layer
+        from uqcompress.models.loading import load_model, save_model
+
+        score = load_file(str(scores.file("scores.safetensors")))["score"]
+        base = load_model(source)
+        heads = heads_per_layer(base)
+        if tuple(score.shape[-2:]) != (len(heads), max(heads)) or len(set(heads)) != 1:
+            raise IncompatibleInputError(
+                f"scores have shape {list(score.shape)}; the model has {heads} heads per layer",
+                hint="score this model first: uqc score MODEL --data D --members M",
+            )
+        keep_count = member_keep_count(heads[0], cfg.members, cfg.ratio)
+        keeps = select_member_heads(score, cfg.members, keep_count, cfg.select, cfg.seed)
+        params_before = base.num_parameters()
+        batch = _parity_batch(base)
+        worst = 0.0
+        parameters = []
+        for m, keep in enumerate(keeps):
+            member = load_model(source)
+            gated = _gated_logits(member, keep, batch)
+            from uqcompress.models.surgery import prune_heads
+
+            prune_heads(member, keep)
+            with torch.inference_mode():
+                worst = max(worst, float((member.model(**batch).logits - gated).abs().max()))
+            save_model(member, writer.dir / f"member{m}")
+            parameters.append(member.num_parameters())
+        if not worst < PARITY_ATOL:
+            raise ParityError(
+                f"a pruned member differs from its gated full model by {worst:.2e}; nothing "
+                "written",
+                hint="this is a bug in uqc's head surgery; please report it with the model",
+            )
+        overlap = jaccard_per_layer(keeps)
+        writer.summary.update(
+            {
+                "members": cfg.members,
+                "select": cfg.select,
+                "method": summary.get("method"),
+                "labels": list(base.labels),
+                "family": base.family.name,
+                "heads_before": sum(heads),
+                "heads_per_member": keep_count * len(heads),
+                "kept_heads": keeps,
+                "jaccard_per_layer": [round(v, 4) for v in overlap],
+                "jaccard_mean": round(sum(overlap) / len(overlap), 4),
+                "parameters_before": params_before,
+                "parameters_per_member": parameters,
+                "max_logit_diff_vs_gated": worst,
+            }
+        )
+        if sum(overlap) / len(overlap) > 0.9:
+            writer.warn(
+                f"members are near-identical (mean Jaccard overlap of kept heads "
+                f"{sum(overlap) / len(overlap):.2f}): an ensemble of them adds little",
+            )
+
+    return build_or_reuse(plan, out, force, build)

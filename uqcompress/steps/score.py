@@ -29,6 +29,7 @@ class ScoreConfig:
     taylor_minmax: bool = False
     ood: str | None = None
     ratio: float | None = None
+    members: int = 1
     seed: int = 0
     batch_size: int = 16
     max_length: int | None = None
@@ -46,6 +47,11 @@ class ScoreConfig:
             raise ConfigError(
                 f"--method {self.method} needs --data (calibration examples)",
                 hint="pass --data, e.g. --data builtin:digits@train",
+            )
+        if self.members < 1:
+            raise ConfigError(
+                f"--members {self.members} must be at least 1",
+                hint="pass --members 4 for four score sets",
             )
         if self.calib_size < 1:
             raise ConfigError(
@@ -119,7 +125,23 @@ def run(
                 hint="score the model before pruning it",
             )
         start = time.perf_counter()
-        tensors, extra = _compute(loaded, cfg, data, ood)
+        if cfg.members == 1:
+            tensors, extra = _compute(loaded, cfg, data, ood)
+        else:
+            # Member m scores on its own seeded calibration subset (seed + m): M score sets
+            # `[M, L, H]` for M differently-pruned ensemble members.
+            from dataclasses import replace
+
+            import torch
+
+            runs = [
+                _compute(loaded, replace(cfg, seed=cfg.seed + m), data, ood)
+                for m in range(cfg.members)
+            ]
+            tensors = {k: torch.stack([t[k] for t, _ in runs]) for k in runs[0][0]}
+            extra = dict(runs[0][1])
+            if "kept_heads" in extra:
+                extra["kept_heads"] = [e["kept_heads"] for _, e in runs]
         seconds = time.perf_counter() - start
         save_file(
             {k: v.contiguous().float().cpu() for k, v in tensors.items()},
@@ -130,8 +152,9 @@ def run(
         writer.summary.update(
             {
                 "method": cfg.method,
-                "layers": int(score.shape[0]),
-                "heads": int(score.shape[1]),
+                "members": cfg.members,
+                "layers": int(score.shape[-2]),
+                "heads": int(score.shape[-1]),
                 "seconds": round(seconds, 3),
                 "calibration_examples": min(cfg.calib_size, len(data)) if data else 0,
                 **extra,

@@ -1,0 +1,126 @@
+"""Differently-pruned ensemble members: score --members, prune --members, eval, finetune."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from uqcompress.artifacts import open_artifact
+from uqcompress.methods.pruning import jaccard_per_layer, select_member_heads
+
+
+def _ok(result) -> str:  # type: ignore[no-untyped-def]
+    assert result.code == 0, result.err
+    return str(result.out.strip())
+
+
+@pytest.fixture
+def member_scores(cli, tiny_vit_artifact: Path) -> str:  # type: ignore[no-untyped-def]
+    return _ok(
+        cli(
+            "score",
+            str(tiny_vit_artifact),
+            "--method",
+            "taylor",
+            "--data",
+            "builtin:digits@val",
+            "--calib-size",
+            "8",
+            "--members",
+            "3",
+        )
+    )
+
+
+def test_score_members_writes_one_set_per_member(member_scores: str) -> None:
+    artifact = open_artifact(Path(member_scores), expect_kind="scores")
+    score = load_file(str(artifact.file("scores.safetensors")))["score"]
+    assert tuple(score.shape) == (3, 2, 4)
+    assert not torch.equal(score[0], score[1])  # own calibration subsets
+    assert artifact.manifest.summary["members"] == 3
+
+
+def test_prune_members_topk_and_eval_as_an_ensemble(cli, member_scores: str) -> None:  # type: ignore[no-untyped-def]
+    members = _ok(cli("prune", member_scores, "--members", "3"))
+    artifact = open_artifact(Path(members), expect_kind="members")
+    summary = artifact.manifest.summary
+    assert summary["members"] == 3 and summary["heads_per_member"] == 2  # 1 head x 2 layers
+    assert summary["max_logit_diff_vs_gated"] < 1e-5
+    expected = jaccard_per_layer(summary["kept_heads"])
+    assert summary["jaccard_per_layer"] == pytest.approx(expected, abs=1e-4)  # rounded to 4
+    assert sorted(p.name for p in Path(members).iterdir() if p.is_dir()) == [
+        "member0",
+        "member1",
+        "member2",
+    ]
+    together = json.loads(_ok(cli("eval", members, "--data", "builtin:digits@val", "--json")))
+    apart = json.loads(
+        _ok(
+            cli(
+                "eval",
+                *(str(Path(members) / f"member{m}") for m in range(3)),
+                "--data",
+                "builtin:digits@val",
+                "--json",
+            )
+        )
+    )
+    assert together["summary"]["members"] == 3
+    for key in ("acc", "nll", "ece"):
+        assert together["summary"][key] == pytest.approx(apart["summary"][key], abs=1e-9)
+
+
+def test_finetune_members_trains_each_with_its_own_seed(cli, member_scores: str) -> None:  # type: ignore[no-untyped-def]
+    members = _ok(cli("prune", member_scores, "--members", "3"))
+    tuned = _ok(cli("finetune", members, "--data", "builtin:digits@val", "--epochs", "2"))
+    summary = open_artifact(Path(tuned), expect_kind="members").manifest.summary
+    curves = summary["loss_curves"]
+    assert len(curves) == 3 and len(curves[0]) == 2
+    assert curves[0] != curves[1]  # seeds differ, so do the runs
+    assert _ok(cli("eval", tuned, "--data", "builtin:digits@val")).startswith(
+        str(Path(tuned).parent)
+    )
+
+
+def test_topk_from_one_score_set_is_refused(cli, tiny_vit_artifact: Path) -> None:  # type: ignore[no-untyped-def]
+    single = _ok(cli("score", str(tiny_vit_artifact), "--method", "l2"))
+    result = cli("prune", single, "--members", "3")
+    assert result.code == 1 and "would be identical" in result.err
+    assert "--members 3" in result.err
+
+
+def test_partition_members_share_no_head(cli, tiny_vit_artifact: Path) -> None:  # type: ignore[no-untyped-def]
+    single = _ok(cli("score", str(tiny_vit_artifact), "--method", "l2"))
+    members = _ok(cli("prune", single, "--members", "2", "--select", "partition", "--ratio", "0.5"))
+    summary = open_artifact(Path(members)).manifest.summary
+    assert summary["jaccard_per_layer"] == [0.0, 0.0]
+    first, second = summary["kept_heads"]
+    assert all(len(a) == 2 and not set(a) & set(b) for a, b in zip(first, second, strict=True))
+    too_many = cli("prune", single, "--members", "3", "--select", "partition", "--ratio", "0.5")
+    assert too_many.code == 1 and "at most 1" in too_many.err
+
+
+def test_multi_set_scores_need_members(cli, member_scores: str) -> None:  # type: ignore[no-untyped-def]
+    result = cli("prune", member_scores, "--ratio", "0.5")
+    assert result.code == 1 and "--members 3" in result.err
+
+
+def test_identical_members_are_warned_about(cli, tiny_vit_artifact: Path) -> None:  # type: ignore[no-untyped-def]
+    sets = _ok(cli("score", str(tiny_vit_artifact), "--method", "l2", "--members", "2"))
+    members = _ok(cli("prune", sets, "--members", "2"))
+    manifest = open_artifact(Path(members)).manifest
+    assert manifest.summary["jaccard_mean"] == 1.0
+    assert any("near-identical" in w for w in manifest.warnings)
+
+
+def test_gumbel_selection_is_seeded_and_diverse() -> None:
+    scores = torch.rand(6, 12, generator=torch.Generator().manual_seed(0))
+    a = select_member_heads(scores, 4, 4, "gumbel", seed=1)
+    assert a == select_member_heads(scores, 4, 4, "gumbel", seed=1)
+    assert a != select_member_heads(scores, 4, 4, "gumbel", seed=2)
+    assert all(len(layer) == 4 for member in a for layer in member)
+    assert sum(jaccard_per_layer(a)) / 6 < 1.0  # members differ
