@@ -84,6 +84,8 @@ def _quiet_libraries() -> None:
 
 def _raise_interrupt(signum: int, frame: Any) -> None:
     # SIGTERM takes the same clean-up path as Ctrl-C: temp dirs are removed on the way out.
+    # Later SIGTERMs are ignored so they cannot interrupt that clean-up.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise KeyboardInterrupt
 
 
@@ -137,4 +139,13 @@ def _escape(text: str) -> str:
 
 def main() -> None:
     signal.signal(signal.SIGTERM, _raise_interrupt)
-    sys.exit(run())
+    try:
+        code = run()
+    except KeyboardInterrupt:  # a signal that landed outside the command (start-up, teardown)
+        _error("interrupted; no artifact was written")
+        code = INTERRUPTED
+    # The outcome is decided: a signal arriving from here on must not turn the exit code into
+    # a kill by signal.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.exit(code)
