@@ -11,7 +11,6 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -33,12 +32,12 @@ class MemberOutputs:
 
 def combine(outputs: list[MemberOutputs]) -> MemberOutputs:
     """Members of several sources side by side: a deep ensemble over all their members."""
-    from uqcompress.uq.metrics import member_mutual_information, predictive_entropy
+    from uqcompress.uq.metrics import member_mutual_information, predictive_entropy, softmax
 
     if len(outputs) == 1:
         return outputs[0]
     logits = np.concatenate([o.member_logits for o in outputs], axis=1)  # [N, sum M, C]
-    member_probs = _softmax(logits)
+    member_probs = softmax(logits)
     probs = member_probs.mean(axis=1)
     return MemberOutputs(
         member_logits=logits,
@@ -47,12 +46,6 @@ def combine(outputs: list[MemberOutputs]) -> MemberOutputs:
         mutual_info=member_mutual_information(member_probs),
         seconds=sum(o.seconds for o in outputs),
     )
-
-
-def _softmax(logits: npt.NDArray[Any]) -> npt.NDArray[np.float64]:
-    shifted = logits.astype(np.float64) - logits.max(axis=-1, keepdims=True)
-    exp = np.exp(shifted)
-    return exp / exp.sum(axis=-1, keepdims=True)
 
 
 class PredictionSource(ABC):

@@ -109,7 +109,7 @@ def run(
         if truncated:
             writer.summary["truncated"] = truncated
             writer.warn(f"{truncated} texts were truncated to the max length")
-        member_probs = _softmax(outputs.member_logits)  # [N, M, C]
+        member_probs = m.softmax(outputs.member_logits)  # [N, M, C]
         probs = outputs.probs
         metrics: dict[str, Any] = m.classification_metrics(probs, label_ids)
         metrics["aurc"] = m.aurc(probs, label_ids)
@@ -128,7 +128,7 @@ def run(
         ood_scores: dict[str, dict[str, np.ndarray]] = {}
         for ood in ood_sets:
             ood_out = combine([s.predict(ood, cfg.batch_size, cfg.max_length) for s in sources])
-            scores = m.uncertainty_scores(_softmax(ood_out.member_logits))
+            scores = m.uncertainty_scores(m.softmax(ood_out.member_logits))
             ood_scores[ood.name] = scores
             for score, values in scores.items():
                 for key, value in m.ood_detection(in_scores[score], values).items():
@@ -154,13 +154,6 @@ def run(
             writer.summary["gate"] = evaluate_gate(bounds, metrics)
 
     return build_or_reuse(plan, out, force, build)
-
-
-def _softmax(logits: np.ndarray) -> np.ndarray:
-    """Shape: `[..., C]` -> `[..., C]` in float64."""
-    shifted = logits.astype(np.float64) - logits.max(axis=-1, keepdims=True)
-    exp = np.exp(shifted)
-    return exp / exp.sum(axis=-1, keepdims=True)
 
 
 def _jsonable(values: np.ndarray) -> list[float | None]:

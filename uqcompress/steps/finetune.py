@@ -82,14 +82,6 @@ def _adopt_labels(loaded: Any, labels: list[str]) -> None:
     loaded.model.config.label2id = {name: i for i, name in enumerate(labels)}
 
 
-def _softmax(logits: Any) -> Any:
-    import numpy as np
-
-    shifted = logits - logits.max(axis=1, keepdims=True)
-    exp = np.exp(shifted)
-    return exp / exp.sum(axis=1, keepdims=True)
-
-
 def _head_is_untrained(source: Any, loaded: Any) -> bool:
     """The checkpoint had no classifier weights, now or when it was imported."""
     if loaded.new_head_keys:
@@ -126,7 +118,7 @@ def _train_into(
     from uqcompress.models.loading import has_default_labels, load_model, save_model
     from uqcompress.steps.init import model_summary
     from uqcompress.train import train
-    from uqcompress.uq.metrics import accuracy
+    from uqcompress.uq.metrics import accuracy, softmax
 
     loaded = load_model(source)
     from uqcompress.data.encoding import check_input_kind
@@ -166,7 +158,7 @@ def _train_into(
 
         def validate(model: Any) -> dict[str, float]:
             logits = predict_logits(model, val_encoded, device=cfg.device).logits
-            return {"acc": accuracy(_softmax(logits), val_ids)}
+            return {"acc": accuracy(softmax(logits), val_ids)}
 
     result = train(
         loaded.model,

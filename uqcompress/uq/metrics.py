@@ -33,6 +33,7 @@ __all__ = [
     "ood_detection",
     "predictive_entropy",
     "reliability_bins",
+    "softmax",
     "uncertainty_scores",
 ]
 
@@ -227,6 +228,17 @@ def _entropy(p: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     """Shannon entropy in nats along the last axis, with ``0 ln 0 = 0``."""
     safe = np.where(p > 0, p, 1.0)
     return np.asarray(-np.sum(np.where(p > 0, p * np.log(safe), 0.0), axis=-1))
+
+
+def softmax(logits: npt.NDArray[Any], axis: int = -1) -> npt.NDArray[np.float64]:
+    """Numerically stable softmax in float64.
+
+    Shape: any `[..., C]` -> the same shape, summing to 1 over `axis`.
+    """
+    shifted = np.asarray(logits, dtype=np.float64)
+    shifted = shifted - shifted.max(axis=axis, keepdims=True)
+    exp = np.exp(shifted)
+    return np.asarray(exp / exp.sum(axis=axis, keepdims=True), dtype=np.float64)
 
 
 def predictive_entropy(probs: FloatArray) -> npt.NDArray[np.float64]:
