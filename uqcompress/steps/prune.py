@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -227,6 +228,7 @@ def _run_members(
         )
         from uqcompress.models.gates import heads_per_layer
         from uqcompress.models.loading import load_model, save_model
+        from uqcompress.models.surgery import prune_heads
 
         score = load_file(str(scores.file("scores.safetensors")))["score"]
         base = load_model(source)
@@ -243,10 +245,9 @@ def _run_members(
         worst = 0.0
         parameters = []
         for m, keep in enumerate(keeps):
-            member = load_model(source)
+            # A copy of the already-loaded base: no second read and hash of the checkpoint.
+            member = copy.deepcopy(base)
             gated = _gated_logits(member, keep, batch)
-            from uqcompress.models.surgery import prune_heads
-
             prune_heads(member, keep)
             with torch.inference_mode():
                 worst = max(worst, float((member.model(**batch).logits - gated).abs().max()))
