@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Predictions:
-    logits: npt.NDArray[np.float32]  # [N, C]
+    member_logits: npt.NDArray[np.float32]  # [N, M, C]
     seconds: float  # forward passes only, data collation excluded
 
 
@@ -26,9 +26,11 @@ def predict_logits(
 ) -> Predictions:
     """Forward every example once in eval mode.
 
-    Shape: returns logits `[N, C]`.
+    Shape: returns member logits `[N, M, C]` (M = 1 for a classifier).
     """
     import torch
+
+    from uqcompress.models.outputs import member_logits
 
     model.eval()
     model.to(device)
@@ -38,9 +40,9 @@ def predict_logits(
         for batch in make_loader(encoded, batch_size):
             inputs = {k: v.to(device) for k, v in model_inputs(batch).items()}
             start = time.perf_counter()
-            logits = model(**inputs).logits
+            logits = member_logits(model, inputs)
             if device.startswith("cuda"):
                 torch.cuda.synchronize()
             seconds += time.perf_counter() - start
             chunks.append(logits.float().cpu().numpy())
-    return Predictions(logits=np.concatenate(chunks, axis=0), seconds=seconds)
+    return Predictions(member_logits=np.concatenate(chunks, axis=0), seconds=seconds)

@@ -72,7 +72,7 @@ class TorchSource(PredictionSource):
         self.loaded = load_model(source)
         self.labels = self.loaded.labels
         self.input_kind = self.loaded.input_kind
-        self.members = 1
+        self.members = self.loaded.members
         self.parameters = self.loaded.num_parameters()
 
     def predict(self, data: LabeledData, batch_size: int, max_length: int | None) -> MemberOutputs:
@@ -85,7 +85,7 @@ class TorchSource(PredictionSource):
         encoded = encode(data, self.loaded, np.zeros(len(data), dtype=np.int64), max_length)
         self.truncated = encoded.truncated
         prediction = predict_logits(self.loaded.model, encoded, batch_size, self.device)
-        member_logits = prediction.logits[:, None, :]  # [N, C] -> [N, 1, C]
+        member_logits = prediction.member_logits
         outputs = uncertainty_outputs(torch.from_numpy(member_logits).double())
         return MemberOutputs(
             member_logits=member_logits,
@@ -138,7 +138,7 @@ def peek_source(path: Path, role: str) -> tuple[SourceRef, int]:
     from uqcompress.models.loading import resolve_model_source
 
     kind = read_manifest(path).kind if (path / MANIFEST_NAME).is_file() else None
-    if kind in ("onnx", "members"):
+    if kind in ("onnx", "members", "model"):
         artifact = open_artifact(path, expect_kind=kind)
         return SourceRef.of(role, artifact), int(artifact.manifest.summary.get("members", 1))
     return resolve_model_source(path, role).ref, 1

@@ -72,13 +72,17 @@ ValidateFn = Callable[["nn.Module"], dict[str, float]]
 
 
 def classification_loss(model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
-    """Mean cross-entropy of a transformers classifier on one batch."""
+    """Mean cross-entropy on one batch; for a model with M members (Hydra), the mean of the
+    members' cross-entropies, every member seeing every example."""
     import torch.nn.functional as F
+
+    from uqcompress.models.outputs import member_logits
 
     labels = batch["labels"]
     inputs = {k: v for k, v in batch.items() if k != "labels"}
-    logits = model(**inputs).logits
-    return F.cross_entropy(logits, labels)
+    logits = member_logits(model, inputs)  # [B, M, C]
+    members = logits.shape[1]
+    return F.cross_entropy(logits.flatten(0, 1), labels.repeat_interleave(members))
 
 
 def _linear_schedule(total: int, warmup: int) -> Callable[[int], float]:

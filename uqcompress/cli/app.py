@@ -21,6 +21,7 @@ from uqcompress.cli import (
     eval_cmd,
     export_cmd,
     finetune_cmd,
+    fuse_cmd,
     import_cmd,
     init_cmd,
     inspect_cmd,
@@ -67,6 +68,7 @@ app.command("finetune")(finetune_cmd.finetune)
 app.command("eval")(eval_cmd.evaluate)
 app.command("score")(score_cmd.score)
 app.command("prune")(prune_cmd.prune)
+app.command("fuse")(fuse_cmd.fuse)
 app.command("export")(export_cmd.export)
 app.command("predict")(predict_cmd.predict)
 app.command("inspect")(inspect_cmd.inspect)

@@ -20,6 +20,8 @@ META_INPUT_KIND = "uqc.input_kind"  # "text" or "image"
 META_INPUT_NAMES = "uqc.input_names"  # JSON list
 META_PREPROCESSING = "uqc.preprocessing"  # JSON object, see runtime.Preprocessing
 META_MEMBERS = "uqc.members"  # M
+META_AGGREGATION = "uqc.aggregation"  # how `probs` combines the members
+AGGREGATION = "mean_probs"  # probs = mean over members of softmax(member_logits)
 
 FORMAT_VERSION = "1"
 TOKENIZER_FILE = "tokenizer.json"

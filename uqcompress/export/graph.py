@@ -12,14 +12,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from uqcompress.models.outputs import member_logits as model_member_logits
 from uqcompress.uq.functional import uncertainty_outputs
 
 MemberLogitsFn = Callable[[nn.Module, dict[str, torch.Tensor]], torch.Tensor]
-
-
-def single_model_logits(model: nn.Module, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Shape: logits `[B, C]` -> member_logits `[B, 1, C]`."""
-    return model(**inputs).logits.unsqueeze(1)
 
 
 def _outputs(member_logits: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -31,7 +27,7 @@ class TextGraph(nn.Module):
     """Shape: input_ids, attention_mask, token_type_ids `[B, T]` -> member_logits `[B, M, C]`,
     probs `[B, C]`, entropy `[B]`, mutual_info `[B]`."""
 
-    def __init__(self, model: nn.Module, member_logits: MemberLogitsFn = single_model_logits):
+    def __init__(self, model: nn.Module, member_logits: MemberLogitsFn = model_member_logits):
         super().__init__()
         self.model = model
         self.member_logits = member_logits
@@ -54,7 +50,7 @@ class ImageGraph(nn.Module):
     """Shape: pixel_values `[B, C, H, W]` -> member_logits `[B, M, C]`, probs `[B, C]`,
     entropy `[B]`, mutual_info `[B]`."""
 
-    def __init__(self, model: nn.Module, member_logits: MemberLogitsFn = single_model_logits):
+    def __init__(self, model: nn.Module, member_logits: MemberLogitsFn = model_member_logits):
         super().__init__()
         self.model = model
         self.member_logits = member_logits
@@ -65,6 +61,6 @@ class ImageGraph(nn.Module):
 
 def graph_for(model: nn.Module, input_kind: str, member_logits: Any = None) -> nn.Module:
     """The exportable module for a model, in eval mode."""
-    fn = member_logits or single_model_logits
+    fn = member_logits or model_member_logits
     graph = TextGraph(model, fn) if input_kind == "text" else ImageGraph(model, fn)
     return graph.eval()

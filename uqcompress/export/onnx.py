@@ -146,6 +146,7 @@ def metadata_for(
         contract.META_INPUT_NAMES: json.dumps(names),
         contract.META_PREPROCESSING: json.dumps(preprocessing),
         contract.META_MEMBERS: str(members),
+        contract.META_AGGREGATION: contract.AGGREGATION,
     }
 
 
@@ -176,6 +177,16 @@ def synthetic_examples(loaded: LoadedModel, count: int = 12, seed: int = 1) -> L
         labels=None,
         fingerprint="synthetic-image",
     )
+
+
+def synthetic_batch(loaded: LoadedModel, count: int = 6) -> dict[str, Any]:
+    """A model-ready batch of `synthetic_examples` (padded texts or random images), for the
+    exactness checks that steps run on what they build."""
+    from uqcompress.data.encoding import collate, encode
+
+    examples = synthetic_examples(loaded, count=count)
+    encoded = encode(examples, loaded, np.zeros(len(examples), dtype=np.int64))
+    return {k: v for k, v in collate(encoded, list(range(len(examples)))).items() if k != "labels"}
 
 
 def check_parity(

@@ -106,6 +106,21 @@ def _refuse_remote_code(path: Path, trust_remote_code: bool) -> None:
         )
 
 
+def refuse_fused(source: ModelSource, step: str) -> None:
+    """Steps that read one classifier's heads (score, prune) cannot take a fused Hydra model."""
+    import json
+
+    try:
+        raw = json.loads((source.path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return  # load_model reports unreadable configs with its own message
+    if isinstance(raw, dict) and raw.get("uqc_hydra") is not None:
+        raise ConfigError(
+            f"{source.path} is a fused Hydra model; {step} works on one classifier's heads",
+            hint=f"{step} the base model before pruning members and fusing them",
+        )
+
+
 @dataclass
 class LoadedModel:
     """A classifier ready to run, with everything needed to feed it data."""
@@ -128,6 +143,12 @@ class LoadedModel:
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.model.parameters())
+
+    @property
+    def members(self) -> int:
+        """Predictions per input: M for a fused Hydra model, 1 for a classifier."""
+        raw = getattr(self.config, "uqc_hydra", None)
+        return int(raw["members"]) if raw is not None else 1
 
 
 def first_line(exc: BaseException) -> str:
@@ -173,6 +194,8 @@ def load_model(source: ModelSource) -> LoadedModel:
             hint="pass a directory written by save_pretrained() of a BERT or ViT model",
         ) from exc
     family = family_for_config(config, str(path))
+    if getattr(config, "uqc_hydra", None) is not None:
+        return _finish(_load_hydra(path, config, family), path)
     if getattr(config, "uqc_kept_heads", None) is not None:
         return _finish(_load_pruned(path, config, family), path)
     try:
@@ -248,16 +271,36 @@ def _load_pruned(path: Path, config: Any, family: Family) -> LoadedModel:
     return loaded
 
 
+def _load_hydra(path: Path, config: Any, family: Family) -> LoadedModel:
+    """A fused Hydra model: its shapes come from the `uqc_hydra` spec in the config."""
+    from safetensors.torch import load_model as load_safetensors_model
+
+    from uqcompress.models.hydra_model import HydraModel
+
+    try:
+        model: Any = HydraModel(config, family.name)
+        load_safetensors_model(model, str(path / "model.safetensors"), strict=True)
+    except Exception as exc:  # missing file, wrong shapes, damaged data or spec
+        raise ArtifactError(
+            f"cannot load the Hydra model in {path}: {first_line(exc)[:300]}",
+            hint="re-create it with uqc fuse",
+        ) from exc
+    model.eval()
+    return LoadedModel(model=model, family=family, config=config, labels=labels_of(config))
+
+
 def save_model(loaded: LoadedModel, directory: Path) -> None:
     """Write weights (safetensors), config, tokenizer or preprocessing into ``directory``.
 
     The result loads with plain `transformers.AutoModelFor...from_pretrained(directory)`.
     """
     quiet_transformers()
-    if getattr(loaded.model.config, "uqc_kept_heads", None) is not None:
-        # A head-pruned model: transformers would rename keys to its legacy layout on save
-        # and cannot rebuild our shapes on load, so weights go out under the module's own
-        # names (safetensors, format=pt) and load back through `_load_pruned`.
+    config = loaded.model.config
+    if any(getattr(config, key, None) is not None for key in ("uqc_kept_heads", "uqc_hydra")):
+        # A head-pruned or fused Hydra model: transformers would rename keys to its legacy
+        # layout on save and cannot rebuild our shapes on load, so weights go out under the
+        # module's own names (safetensors, format=pt) and load back through `_load_pruned`
+        # or `_load_hydra`.
         from safetensors.torch import save_model as save_safetensors_model
 
         directory.mkdir(parents=True, exist_ok=True)

@@ -84,7 +84,14 @@ def _write_safetensors(loaded: Any, writer: ArtifactWriter) -> None:
 
     save_model(loaded, writer.dir)
     writer.summary.update(model_summary(loaded))
-    if getattr(loaded.config, "uqc_kept_heads", None) is not None:
+    if loaded.members > 1:
+        writer.summary["members"] = loaded.members
+        writer.summary["loads_with"] = "uqcompress.models.loading.load_model (uqc import DIR)"
+        writer.warn(
+            "this is a fused Hydra model: plain transformers has no class for it; load it "
+            "with uqcompress (or use the ONNX export)"
+        )
+    elif getattr(loaded.config, "uqc_kept_heads", None) is not None:
         writer.summary["loads_with"] = "uqcompress.models.loading.load_model (uqc import DIR)"
         writer.warn(
             "this model has pruned, uneven attention heads: plain transformers cannot rebuild "
@@ -120,7 +127,7 @@ def _write_onnx(
     onnx_path = writer.dir / contract.ONNX_FILE
     stderr.print(f"[dim]exporting {loaded.family.name} to ONNX (opset {cfg.opset})...[/dim]")
     export_graph(graph, loaded, onnx_path, cfg.opset)
-    write_metadata(onnx_path, metadata_for(loaded, source_id, source_kind))
+    write_metadata(onnx_path, metadata_for(loaded, source_id, source_kind, loaded.members))
     if loaded.input_kind == "text":
         loaded.tokenizer.backend_tokenizer.save(str(writer.dir / contract.TOKENIZER_FILE))
     predictor = Predictor(writer.dir, device=cfg.device, threads=cfg.threads)
@@ -137,7 +144,8 @@ def _write_onnx(
         {
             "format": "onnx",
             "opset": cfg.opset,
-            "members": 1,
+            "members": loaded.members,
+            "aggregation": contract.AGGREGATION,
             "parameters": loaded.num_parameters(),
             "labels": list(loaded.labels),
             "input_kind": loaded.input_kind,

@@ -157,8 +157,8 @@ def _train_into(
         val_encoded = encode(val_data, loaded, val_ids, cfg.max_length)
 
         def validate(model: Any) -> dict[str, float]:
-            logits = predict_logits(model, val_encoded, device=cfg.device).logits
-            return {"acc": accuracy(softmax(logits), val_ids)}
+            logits = predict_logits(model, val_encoded, device=cfg.device).member_logits
+            return {"acc": accuracy(softmax(logits).mean(axis=1), val_ids)}
 
     result = train(
         loaded.model,

@@ -90,4 +90,18 @@ def model_summary(loaded: Any) -> dict[str, Any]:
         "heads": int(config.num_attention_heads),
         "hidden": int(config.hidden_size),
         "labels": list(loaded.labels),
+        **_hydra_summary(loaded),
+    }
+
+
+def _hydra_summary(loaded: Any) -> dict[str, Any]:
+    if loaded.members == 1:
+        return {}
+    spec = loaded.model.spec
+    return {
+        "members": loaded.members,
+        "method": "hydra",
+        "kept_heads": spec.kept_heads,
+        "head_slots_per_layer": [spec.slots(layer) for layer in range(spec.layers)],
+        "padding_ratio": round(spec.padding_ratio(), 4),
     }

@@ -139,7 +139,9 @@ def run(
             assert cfg.ratio is not None
             keep = select_heads(score, cfg.ratio, cfg.scope, cfg.min_heads_per_layer)
         params_before = loaded.num_parameters()
-        batch = _parity_batch(loaded)
+        from uqcompress.export.onnx import synthetic_batch
+
+        batch = synthetic_batch(loaded)
         gated = _gated_logits(loaded, keep, batch)
         prune_heads(loaded, keep)
         with torch.inference_mode():
@@ -174,18 +176,6 @@ def run(
             writer.warn(f"layers {[i for i, h in enumerate(after) if h == 0]} have no heads left")
 
     return build_or_reuse(plan, out, force, build)
-
-
-def _parity_batch(loaded: Any) -> dict[str, Any]:
-    """A synthetic batch with padding (text) or random images, model-ready."""
-    import numpy as np
-
-    from uqcompress.data.encoding import collate, encode
-    from uqcompress.export.onnx import synthetic_examples
-
-    examples = synthetic_examples(loaded, count=6)
-    encoded = encode(examples, loaded, np.zeros(len(examples), dtype=np.int64))
-    return {k: v for k, v in collate(encoded, list(range(len(examples)))).items() if k != "labels"}
 
 
 def _gated_logits(loaded: Any, keep: list[list[int]], batch: dict[str, Any]) -> Any:
@@ -241,7 +231,9 @@ def _run_members(
         keep_count = member_keep_count(heads[0], cfg.members, cfg.ratio)
         keeps = select_member_heads(score, cfg.members, keep_count, cfg.select, cfg.seed)
         params_before = base.num_parameters()
-        batch = _parity_batch(base)
+        from uqcompress.export.onnx import synthetic_batch
+
+        batch = synthetic_batch(base)
         worst = 0.0
         parameters = []
         for m, keep in enumerate(keeps):

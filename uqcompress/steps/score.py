@@ -81,10 +81,11 @@ def run(
     model_path: Path, cfg: ScoreConfig, out: Path | None = None, force: bool = False
 ) -> StepResult:
     from uqcompress.data import load_data
-    from uqcompress.models.loading import resolve_model_source
+    from uqcompress.models.loading import refuse_fused, resolve_model_source
 
     cfg.validate()
     source = resolve_model_source(model_path)
+    refuse_fused(source, "score")
     data = (
         load_data(cfg.data, cfg.text_column, cfg.label_column)
         if cfg.method in NEEDS_DATA and cfg.data

@@ -1,0 +1,260 @@
+"""Hydra fusion: M differently-pruned members of one base -> one `HydraModel`.
+
+Each member's attention projections, LayerNorms, pooler and classifier are stacked along a
+member axis; the embeddings and MLPs, which pruning leaves identical and per-member
+fine-tuning moves apart, are averaged (ALGORITHMS.md 1.2 step 5). `shared_weight_members`
+builds the reference that fusion must reproduce exactly: the members with those averages
+put back in.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from uqcompress.errors import IncompatibleInputError
+from uqcompress.models.hydra_model import (
+    HYDRA_KEY,
+    SUPPORTED_FAMILIES,
+    HydraModel,
+    HydraSpec,
+)
+
+if TYPE_CHECKING:
+    from uqcompress.models.loading import LoadedModel
+
+# Config fields that must agree for members to share a residual-stream shape and MLP.
+_SHAPE_KEYS = (
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "hidden_act",
+    "layer_norm_eps",
+    "vocab_size",
+    "max_position_embeddings",
+    "type_vocab_size",
+    "image_size",
+    "patch_size",
+    "num_channels",
+)
+
+
+@dataclass(frozen=True)
+class MemberParts:
+    """The modules of one member that fusion reads, in family-independent terms."""
+
+    embeddings: nn.Module
+    attention: list[Any]  # AttentionParts per layer
+    norm_attention: list[nn.LayerNorm]  # ViT: layernorm_before; BERT: after the attention add
+    norm_mlp: list[nn.LayerNorm]
+    mlp_in: list[nn.Linear]
+    mlp_out: list[nn.Linear]
+    final_norm: nn.LayerNorm | None  # ViT only
+    pooler: nn.Linear | None  # BERT only
+    classifier: nn.Linear
+
+
+def member_parts(loaded: LoadedModel) -> MemberParts:
+    model: Any = loaded.model  # transformers modules are untyped attribute trees
+    attention = loaded.family.attention_layers(model)
+    if loaded.family.name == "bert":
+        layers = model.bert.encoder.layer
+        return MemberParts(
+            embeddings=model.bert.embeddings,
+            attention=attention,
+            norm_attention=[layer.attention.output.LayerNorm for layer in layers],
+            norm_mlp=[layer.output.LayerNorm for layer in layers],
+            mlp_in=[layer.intermediate.dense for layer in layers],
+            mlp_out=[layer.output.dense for layer in layers],
+            final_norm=None,
+            pooler=model.bert.pooler.dense,
+            classifier=model.classifier,
+        )
+    layers = model.vit.layers
+    return MemberParts(
+        embeddings=model.vit.embeddings,
+        attention=attention,
+        norm_attention=[layer.layernorm_before for layer in layers],
+        norm_mlp=[layer.layernorm_after for layer in layers],
+        mlp_in=[layer.mlp.fc1 for layer in layers],
+        mlp_out=[layer.mlp.fc2 for layer in layers],
+        final_norm=model.vit.layernorm,
+        pooler=None,
+        classifier=model.classifier,
+    )
+
+
+def check_fusable(members: list[LoadedModel], names: list[str]) -> None:
+    """One clear line when members cannot be one Hydra model."""
+    if len(members) < 2:
+        raise IncompatibleInputError(
+            f"Hydra fuses several members; got {len(members)}",
+            hint="make members with uqc prune SCORES --members 3",
+        )
+    first = members[0]
+    if first.family.name not in SUPPORTED_FAMILIES:
+        raise IncompatibleInputError(
+            f"Hydra does not support the {first.family.name} family",
+            hint=f"supported: {', '.join(SUPPORTED_FAMILIES)}",
+        )
+    for member, name in zip(members[1:], names[1:], strict=True):
+        if member.family.name != first.family.name:
+            raise IncompatibleInputError(
+                f"members come from different families: {name} is {member.family.name}, "
+                f"{names[0]} is {first.family.name}",
+                hint="fuse members pruned from one base model",
+            )
+        for key in _SHAPE_KEYS:
+            if getattr(member.config, key, None) != getattr(first.config, key, None):
+                raise IncompatibleInputError(
+                    f"members come from different base models: {key} is "
+                    f"{getattr(member.config, key, None)} in {name}, "
+                    f"{getattr(first.config, key, None)} in {names[0]}",
+                    hint="fuse members pruned from one base model",
+                )
+        if member.labels != first.labels:
+            raise IncompatibleInputError(
+                f"members have different label sets: {name} has {member.labels}, "
+                f"{names[0]} has {first.labels}",
+                hint="fuse members trained on the same labels",
+            )
+
+
+def fuse(members: list[LoadedModel]) -> LoadedModel:
+    """The Hydra model of `members` (checked with `check_fusable` first).
+
+    Its tokenizer or image preprocessing is the first member's (pruning never changes it).
+    """
+    from uqcompress.models.loading import LoadedModel
+    from uqcompress.models.surgery import KEPT_HEADS_KEY, kept_heads
+
+    first = members[0]
+    parts = [member_parts(m) for m in members]
+    spec = HydraSpec(members=len(members), kept_heads=[kept_heads(m) for m in members])
+    config = copy.deepcopy(first.config)
+    if hasattr(config, KEPT_HEADS_KEY):
+        delattr(config, KEPT_HEADS_KEY)
+    setattr(config, HYDRA_KEY, spec.to_dict())
+    with torch.random.fork_rng(devices=[]):
+        hydra = HydraModel(config, first.family.name)
+    reference = parts[0].classifier.weight
+    hydra.to(reference.device, reference.dtype)
+    with torch.no_grad():
+        _average_into(hydra.embeddings, [p.embeddings for p in parts])
+        layer: Any
+        for index, layer in enumerate(hydra.layers):
+            _average_into(layer.mlp_in, [p.mlp_in[index] for p in parts])
+            _average_into(layer.mlp_out, [p.mlp_out[index] for p in parts])
+            _stack_norm(layer.norm_attention, [p.norm_attention[index] for p in parts])
+            _stack_norm(layer.norm_mlp, [p.norm_mlp[index] for p in parts])
+            attention = [p.attention[index] for p in parts]
+            _stack_heads(layer.attention.query, [a.query for a in attention], as_rows=False)
+            _stack_heads(layer.attention.key, [a.key for a in attention], as_rows=False)
+            _stack_heads(layer.attention.value, [a.value for a in attention], as_rows=False)
+            _stack_heads(layer.attention.output, [a.output for a in attention], as_rows=True)
+        if hydra.final_norm is not None:
+            _stack_norm(hydra.final_norm, [_required(p.final_norm) for p in parts])
+        if hydra.pooler is not None:
+            _stack_heads(hydra.pooler, [_required(p.pooler) for p in parts], as_rows=False)
+        _stack_heads(hydra.classifier, [p.classifier for p in parts], as_rows=False)
+    hydra.eval()
+    return LoadedModel(
+        model=hydra,  # type: ignore[arg-type]  # a Hydra model stands where a classifier does
+        family=first.family,
+        config=config,
+        labels=list(first.labels),
+        tokenizer=first.tokenizer,
+        preprocessing=first.preprocessing,
+    )
+
+
+def shared_weight_members(members: list[LoadedModel]) -> list[LoadedModel]:
+    """Copies of `members` whose embeddings and MLPs are replaced by the member average:
+    exactly the function each Hydra member computes. Equal to `members` when the members
+    were not fine-tuned separately."""
+    copies = [copy.deepcopy(m) for m in members]
+    parts = [member_parts(m) for m in copies]
+    with torch.no_grad():
+        shared = copy.deepcopy(parts[0].embeddings)
+        _average_into(shared, [p.embeddings for p in parts])
+        for p in parts:
+            p.embeddings.load_state_dict(shared.state_dict())
+        for index in range(len(parts[0].mlp_in)):
+            for name in ("mlp_in", "mlp_out"):
+                modules = [getattr(p, name)[index] for p in parts]
+                mean = copy.deepcopy(modules[0])
+                _average_into(mean, modules)
+                for module in modules:
+                    module.load_state_dict(mean.state_dict())
+    return copies
+
+
+def mlp_spread(members: list[LoadedModel]) -> float:
+    """Largest |difference| between any member's embedding/MLP weight and the average: 0 when
+    fusion is exact for the members as given, larger when their fine-tuning moved them apart."""
+    parts = [member_parts(m) for m in members]
+    worst = 0.0
+    for tensors in _shared_tensors(parts):
+        mean = _mean(tensors)
+        worst = max(worst, max(float((t - mean).abs().max()) for t in tensors))
+    return worst
+
+
+def _shared_tensors(parts: list[MemberParts]) -> Iterator[list[torch.Tensor]]:
+    modules = [[p.embeddings, *p.mlp_in, *p.mlp_out] for p in parts]
+    for group in zip(*modules, strict=True):
+        states = [m.state_dict() for m in group]
+        for key, value in states[0].items():
+            if value.is_floating_point():
+                yield [s[key] for s in states]
+
+
+def _average_into(target: nn.Module, sources: list[nn.Module]) -> None:
+    """Set `target`'s floating-point tensors to the mean of `sources`' (others: the first's).
+
+    Identical tensors are copied, not averaged: (a + a + a) / 3 need not round back to a, and
+    members that were never fine-tuned apart must fuse bit-exactly.
+    """
+    states = [s.state_dict() for s in sources]
+    target.load_state_dict({key: _mean([s[key] for s in states]) for key in states[0]})
+
+
+def _mean(tensors: list[torch.Tensor]) -> torch.Tensor:
+    first = tensors[0]
+    if not first.is_floating_point() or all(torch.equal(first, t) for t in tensors[1:]):
+        return first
+    return torch.stack(tensors).mean(dim=0)
+
+
+def _stack_norm(target: Any, norms: list[nn.LayerNorm]) -> None:
+    """Shape: M LayerNorms of `[d]` -> target weight/bias `[M, d]`."""
+    target.weight.copy_(torch.stack([n.weight for n in norms]))
+    target.bias.copy_(torch.stack([n.bias for n in norms]))
+
+
+def _stack_heads(target: Any, linears: list[nn.Linear], as_rows: bool) -> None:
+    """Copy M linears into a GroupedLinear `[M, in, out]`, zero-padding the head axis.
+
+    Shape: member m's weight `[out_m, in]` lands in `target.weight[m, :, :out_m]` (Q/K/V,
+    pooler, classifier); with `as_rows` (output projection) its `[out, in_m]` lands in
+    `target.weight[m, :in_m, :]` and its bias is the member's whole bias.
+    """
+    target.weight.zero_()
+    target.bias.zero_()
+    for m, linear in enumerate(linears):
+        weight = linear.weight.t()  # [in, out]
+        rows, cols = weight.shape
+        target.weight[m, :rows, :cols] = weight
+        if linear.bias is not None:
+            target.bias[m, 0, : linear.bias.shape[0]] = linear.bias
+
+
+def _required(module: Any) -> Any:
+    assert module is not None, "family layout and Hydra layout disagree"
+    return module

@@ -1,0 +1,267 @@
+"""The fused Hydra network: M pruned members of one BERT or ViT in a single forward pass.
+
+Layout (ALGORITHMS.md section 6, option (a)): the members travel folded into the batch,
+member-major, as `[M*B, T, d]`. Embeddings run once and are repeated M times. Per layer:
+
+- attention projections are grouped fully-connected layers, weights `[M, in, out]` applied with
+  one batched `torch.matmul` over the member axis (exported as ONNX `MatMul`, not `Einsum`);
+- one attention call covers every member's heads; a head only sees its own member's stream;
+- uneven head counts are padded to the layer's largest member with exact zeros: a padded head
+  has zero Q/K/V columns and zero output-projection rows, so it adds exactly 0 (and receives
+  zero gradient, so fine-tuning keeps it zero);
+- LayerNorms are per member (`[M, d]`), the MLP is one shared (averaged) `nn.Linear` pair;
+- every member has its own classifier (and, for BERT, its own pooler).
+
+The configuration lives in the transformers config under `uqc_hydra`, so a Hydra model is
+saved and loaded like any other model artifact (see `models/loading.py`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers.activations import ACT2FN
+from transformers.utils import ModelOutput
+
+HYDRA_KEY = "uqc_hydra"  # config field holding the HydraSpec as a dict
+SUPPORTED_FAMILIES = ("bert", "vit")
+
+
+@dataclass(frozen=True)
+class HydraSpec:
+    """What the fused model is made of: M members and, per member and layer, the ORIGINAL
+    indices of the heads it kept (their order is the order of the member's head slots)."""
+
+    members: int
+    kept_heads: list[list[list[int]]]  # [M][L] -> head indices
+
+    @property
+    def layers(self) -> int:
+        return len(self.kept_heads[0])
+
+    def slots(self, layer: int) -> int:
+        """Head slots in `layer`: the largest member's head count there."""
+        return max(len(member[layer]) for member in self.kept_heads)
+
+    def padding_ratio(self) -> float:
+        """Share of head slots that are zero padding (compute spent on nothing)."""
+        total = sum(self.slots(layer) for layer in range(self.layers)) * self.members
+        used = sum(len(heads) for member in self.kept_heads for heads in member)
+        return 0.0 if total == 0 else (total - used) / total
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"members": self.members, "kept_heads": self.kept_heads, "aggregation": "mean_probs"}
+
+    @classmethod
+    def from_config(cls, config: Any) -> HydraSpec:
+        raw = getattr(config, HYDRA_KEY)
+        kept = [[[int(h) for h in layer] for layer in member] for member in raw["kept_heads"]]
+        return cls(members=int(raw["members"]), kept_heads=kept)
+
+
+def is_hydra_config(config: Any) -> bool:
+    return getattr(config, HYDRA_KEY, None) is not None
+
+
+@dataclass
+class HydraOutput(ModelOutput):
+    """Shape: member_logits `[B, M, C]`."""
+
+    member_logits: torch.Tensor | None = None
+
+
+class GroupedLinear(nn.Module):
+    """M independent linear maps, one per member, applied in one batched matmul.
+
+    Shape: x `[M*B, ..., in]` (member-major) -> `[M*B, ..., out]`.
+    """
+
+    def __init__(self, members: int, in_features: int, out_features: int) -> None:
+        super().__init__()
+        self.members = members
+        self.weight = nn.Parameter(torch.zeros(members, in_features, out_features))
+        self.bias = nn.Parameter(torch.zeros(members, 1, out_features))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        lead = x.shape[:-1]
+        grouped = x.reshape(self.members, -1, x.shape[-1])  # [M, B*..., in]
+        out = torch.matmul(grouped, self.weight) + self.bias
+        return out.reshape(*lead, self.weight.shape[-1])
+
+
+class MemberLayerNorm(nn.Module):
+    """LayerNorm with its own scale and shift per member.
+
+    Shape: x `[M*B, ..., d]` (member-major) -> same.
+    """
+
+    def __init__(self, members: int, hidden: int, eps: float) -> None:
+        super().__init__()
+        self.members, self.eps = members, eps
+        self.weight = nn.Parameter(torch.ones(members, hidden))
+        self.bias = nn.Parameter(torch.zeros(members, hidden))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        hidden = x.shape[-1]
+        normed = F.layer_norm(x, (hidden,), eps=self.eps).reshape(self.members, -1, hidden)
+        out = normed * self.weight[:, None, :] + self.bias[:, None, :]
+        return out.reshape(x.shape)
+
+
+class FusedAttention(nn.Module):
+    """Every member's heads in one attention call, members never mixed.
+
+    Shape: x `[M*B, T, d]`, additive mask `[M*B, 1, 1, T]` or None -> `[M*B, T, d]`.
+    """
+
+    def __init__(
+        self, members: int, hidden: int, slots: int, head_dim: int, dropout: float
+    ) -> None:
+        super().__init__()
+        self.slots, self.head_dim, self.dropout = slots, head_dim, dropout
+        width = slots * head_dim
+        self.query = GroupedLinear(members, hidden, width)
+        self.key = GroupedLinear(members, hidden, width)
+        self.value = GroupedLinear(members, hidden, width)
+        self.output = GroupedLinear(members, width, hidden)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        if self.slots == 0:
+            # No member has a head here: the layer adds its output biases only (what
+            # transformers' fully gated layer computes), without zero-sized attention.
+            grouped = torch.zeros_like(x).reshape(self.output.members, -1, x.shape[-1])
+            return (grouped + self.output.bias).reshape(x.shape)
+        rows, length, _ = x.shape
+
+        def heads(projection: GroupedLinear) -> torch.Tensor:
+            out = projection(x).reshape(rows, length, self.slots, self.head_dim)
+            return out.transpose(1, 2)  # [M*B, slots, T, head_dim]
+
+        attended = F.scaled_dot_product_attention(
+            heads(self.query),
+            heads(self.key),
+            heads(self.value),
+            attn_mask=mask,
+            dropout_p=self.dropout if self.training else 0.0,
+        )
+        merged = attended.transpose(1, 2).reshape(rows, length, self.slots * self.head_dim)
+        return self.output(merged)
+
+
+class HydraLayer(nn.Module):
+    """One fused transformer block; `pre_norm` picks ViT's (pre-LN) or BERT's (post-LN) order.
+
+    Shape: x `[M*B, T, d]` -> `[M*B, T, d]`.
+    """
+
+    def __init__(self, config: Any, members: int, slots: int, pre_norm: bool) -> None:
+        super().__init__()
+        hidden = int(config.hidden_size)
+        eps = float(config.layer_norm_eps)
+        head_dim = hidden // int(config.num_attention_heads)
+        self.pre_norm = pre_norm
+        self.attention = FusedAttention(
+            members, hidden, slots, head_dim, float(config.attention_probs_dropout_prob)
+        )
+        self.norm_attention = MemberLayerNorm(members, hidden, eps)
+        self.norm_mlp = MemberLayerNorm(members, hidden, eps)
+        self.mlp_in = nn.Linear(hidden, int(config.intermediate_size))
+        self.mlp_out = nn.Linear(int(config.intermediate_size), hidden)
+        self.activation = ACT2FN[config.hidden_act]
+        self.dropout = nn.Dropout(float(config.hidden_dropout_prob))
+
+    def mlp(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.mlp_out(self.activation(self.mlp_in(x))))
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        if self.pre_norm:  # ViT
+            x = x + self.dropout(self.attention(self.norm_attention(x), mask))
+            return x + self.mlp(self.norm_mlp(x))
+        x = self.norm_attention(x + self.dropout(self.attention(x, mask)))  # BERT
+        return self.norm_mlp(x + self.mlp(x))
+
+
+class HydraModel(nn.Module):
+    """The fused ensemble. Call it like the family's classifier; it returns `HydraOutput`.
+
+    Shape: BERT inputs `[B, T]` or ViT pixel_values `[B, C, H, W]` -> member_logits `[B, M, C]`.
+    """
+
+    def __init__(self, config: Any, family: str) -> None:
+        super().__init__()
+        if family not in SUPPORTED_FAMILIES:
+            raise ValueError(f"Hydra supports {SUPPORTED_FAMILIES}, not {family!r}")
+        self.config = config
+        self.family = family
+        self.spec = HydraSpec.from_config(config)
+        members, hidden = self.spec.members, int(config.hidden_size)
+        eps = float(config.layer_norm_eps)
+        self.embeddings = _embeddings(config, family)
+        self.layers = nn.ModuleList(
+            HydraLayer(config, members, self.spec.slots(layer), pre_norm=family == "vit")
+            for layer in range(self.spec.layers)
+        )
+        self.final_norm = MemberLayerNorm(members, hidden, eps) if family == "vit" else None
+        self.pooler = GroupedLinear(members, hidden, hidden) if family == "bert" else None
+        dropout = getattr(config, "classifier_dropout", None)
+        self.classifier_dropout = nn.Dropout(
+            float(dropout if dropout is not None else config.hidden_dropout_prob)
+            if family == "bert"
+            else 0.0
+        )
+        self.classifier = GroupedLinear(members, hidden, int(config.num_labels))
+
+    @property
+    def members(self) -> int:
+        return self.spec.members
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        pixel_values: torch.Tensor | None = None,
+        **_: Any,
+    ) -> HydraOutput:
+        m = self.members
+        mask: torch.Tensor | None = None
+        if self.family == "bert":
+            assert input_ids is not None
+            if token_type_ids is None:
+                token_type_ids = torch.zeros_like(input_ids)
+            embedded = self.embeddings(input_ids=input_ids, token_type_ids=token_type_ids)
+            if attention_mask is not None:
+                # Additive mask, the same for every member: 0 where attended, dtype-min where not.
+                keep = attention_mask[:, None, None, :].to(embedded.dtype)
+                mask = (1.0 - keep) * torch.finfo(embedded.dtype).min
+                mask = mask.repeat(m, 1, 1, 1)  # [M*B, 1, 1, T]
+        else:
+            assert pixel_values is not None
+            embeddings: Any = self.embeddings
+            expected = embeddings.patch_embeddings.projection.weight.dtype
+            embedded = embeddings(pixel_values.to(expected))
+        x = embedded.repeat(m, 1, 1)  # [M*B, T, d], member-major
+        for layer in self.layers:
+            x = layer(x, mask)
+        first = x[:, 0]  # [M*B, d]: the CLS token of every member's stream
+        if self.final_norm is not None:
+            first = self.final_norm(first)
+        if self.pooler is not None:
+            first = torch.tanh(self.pooler(first))
+        logits = self.classifier(self.classifier_dropout(first))  # [M*B, C]
+        batch = logits.shape[0] // m
+        return HydraOutput(member_logits=logits.reshape(m, batch, -1).transpose(0, 1))
+
+
+def _embeddings(config: Any, family: str) -> nn.Module:
+    if family == "bert":
+        from transformers.models.bert.modeling_bert import BertEmbeddings
+
+        return BertEmbeddings(config)
+    from transformers.models.vit.modeling_vit import ViTEmbeddings
+
+    return ViTEmbeddings(config)

@@ -1,0 +1,204 @@
+"""`uqc fuse`: M pruned members -> one Hydra model artifact (one forward pass, M outputs)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from uqcompress.artifacts import MANIFEST_NAME, ArtifactWriter, OutputPlan, SourceRef
+from uqcompress.errors import ConfigError, IncompatibleInputError, ParityError
+from uqcompress.steps.common import StepResult, build_or_reuse
+
+# Fused members vs the members run one by one (with the averaged embeddings/MLP): the same
+# function up to float32 round-off, whatever the model size.
+PARITY_ATOL = 1e-4
+PADDING_WARNING = 0.25  # ALGORITHMS.md 6.3: warn when this share of head slots is padding
+RUNTIME_KEYS = ("device", "threads")
+
+
+@dataclass(frozen=True)
+class FuseConfig:
+    device: str = "cpu"
+    threads: int = 1
+
+
+@dataclass(frozen=True)
+class MemberInputs:
+    """Where the members are: directories to load, and the refs that go into the lineage."""
+
+    paths: list[Path]
+    names: list[str]
+    refs: list[SourceRef]
+    summary: dict[str, Any]  # the members artifact's summary (empty for loose models)
+
+
+def run(
+    inputs: list[Path], cfg: FuseConfig, out: Path | None = None, force: bool = False
+) -> StepResult:
+    members = _member_inputs(inputs)
+    config = asdict(cfg)
+    plan = OutputPlan(
+        kind="model",
+        step="fuse",
+        config=config,
+        id_config={k: v for k, v in config.items() if k not in RUNTIME_KEYS},
+        inputs=members.refs,
+        device=cfg.device,
+    )
+
+    def build(writer: ArtifactWriter) -> None:
+        from uqcompress.console import stderr
+        from uqcompress.methods.hydra import check_fusable, fuse, mlp_spread
+        from uqcompress.models.loading import load_model, resolve_model_source, save_model
+        from uqcompress.steps.init import model_summary
+
+        loaded = [load_model(resolve_model_source(p)) for p in members.paths]
+        check_fusable(loaded, members.names)
+        stderr.print(f"[dim]fusing {len(loaded)} {loaded[0].family.name} members...[/dim]")
+        hydra = fuse(loaded)
+        worst = _max_diff_vs_members(hydra, loaded)
+        if not worst < PARITY_ATOL:
+            raise ParityError(
+                f"the fused model differs from its members by {worst:.2e}; nothing written",
+                hint="this is a bug in uqc's Hydra fusion; please report it with the members",
+            )
+        spread = mlp_spread(loaded)
+        save_model(hydra, writer.dir)
+        summary = model_summary(hydra)
+        member_parameters = [m.num_parameters() for m in loaded]
+        summary.update(
+            {
+                "parameters_members": member_parameters,
+                "parameters_ratio_to_members": round(
+                    summary["parameters"] / sum(member_parameters), 4
+                ),
+                "max_logit_diff_vs_members": worst,
+                "shared_weight_spread": spread,
+                "exact": spread == 0.0,
+            }
+        )
+        for key in ("jaccard_per_layer", "jaccard_mean", "select"):
+            if key in members.summary:
+                summary[key] = members.summary[key]
+        writer.summary.update(summary)
+        if spread > 0:
+            writer.warn(
+                f"the members' embeddings and MLPs differ (fine-tuned separately; largest "
+                f"weight difference {spread:.3g}); the Hydra model uses their average, so "
+                "each fused member approximates its original: evaluate it, and fine-tune the "
+                "fused model briefly (uqc finetune) if it lost accuracy"
+            )
+        fused: Any = hydra.model
+        padding = fused.spec.padding_ratio()
+        if padding > PADDING_WARNING:
+            writer.warn(
+                f"{padding:.0%} of the fused head slots are zero padding (members keep uneven "
+                "head counts): compute spent on nothing; equal counts per layer avoid it"
+            )
+
+    return build_or_reuse(plan, out, force, build)
+
+
+def _max_diff_vs_members(hydra: Any, members: list[Any]) -> float:
+    """Largest |logit difference| between each fused member and that member run alone with
+    the shared (averaged) embeddings and MLP, on a synthetic batch."""
+    import torch
+
+    from uqcompress.export.onnx import synthetic_batch
+    from uqcompress.methods.hydra import shared_weight_members
+
+    batch = synthetic_batch(members[0])
+    reference = shared_weight_members(members)
+    with torch.inference_mode():
+        fused = hydra.model(**batch).member_logits  # [B, M, C]
+        alone = torch.stack([m.model(**batch).logits for m in reference], dim=1)
+    return float((fused - alone).abs().max())
+
+
+def _member_inputs(inputs: list[Path]) -> MemberInputs:
+    """A members artifact, or several pruned model artifacts of one base model."""
+    from uqcompress.artifacts import open_artifact, read_manifest
+
+    if not inputs:
+        raise ConfigError("no members given", hint="pass a members artifact (uqc prune --members)")
+    kinds = [read_manifest(p).kind if (p / MANIFEST_NAME).is_file() else None for p in inputs]
+    if len(inputs) == 1:
+        if kinds[0] != "members":
+            what = f"a {kinds[0]} artifact" if kinds[0] else "not an artifact"
+            raise IncompatibleInputError(
+                f"{inputs[0]} is {what}; fuse takes a members artifact (or several pruned "
+                "models of one base)",
+                hint="make members with uqc prune SCORES --members 3, then uqc fuse MEMBERS",
+            )
+        artifact = open_artifact(inputs[0], expect_kind="members")
+        count = int(artifact.manifest.summary["members"])
+        return MemberInputs(
+            paths=[inputs[0] / f"member{m}" for m in range(count)],
+            names=[f"{inputs[0]}/member{m}" for m in range(count)],
+            refs=[SourceRef.of("members", artifact)],
+            summary=dict(artifact.manifest.summary),
+        )
+    refs: list[SourceRef] = []
+    bases: list[str | None] = []
+    families: list[Any] = []
+    for path, kind in zip(inputs, kinds, strict=True):
+        if kind != "model":
+            raise IncompatibleInputError(
+                f"{path} is not a model artifact; fuse takes one members artifact, or "
+                "several pruned model artifacts of one base",
+                hint="make members with uqc prune SCORES --members 3",
+            )
+        artifact = open_artifact(path, expect_kind="model")
+        refs.append(SourceRef.of(f"member{len(refs)}", artifact))
+        bases.append(_pruned_from(path))
+        families.append(artifact.manifest.summary.get("family"))
+    if len({ref.id for ref in refs}) != len(refs):
+        raise IncompatibleInputError(
+            "the same member is given more than once; a Hydra of identical members measures "
+            "nothing",
+            hint="pass each member once",
+        )
+    for path, family in zip(inputs, families, strict=True):
+        if family != families[0]:
+            raise IncompatibleInputError(
+                f"members come from different families: {path} is {family}, {inputs[0]} is "
+                f"{families[0]}",
+                hint="fuse members pruned from one base model",
+            )
+    for path, base in zip(inputs, bases, strict=True):
+        if base is None:
+            raise IncompatibleInputError(
+                f"{path} was not pruned (no uqc prune in its lineage); Hydra members are "
+                "differently-pruned copies of one base",
+                hint="make members with uqc prune SCORES --members 3",
+            )
+        if base != bases[0]:
+            raise IncompatibleInputError(
+                f"members come from different base models: {path} was pruned from "
+                f"{base[:12]}, {inputs[0]} from {str(bases[0])[:12]}",
+                hint="fuse members pruned from one base model",
+            )
+    return MemberInputs(paths=list(inputs), names=[str(p) for p in inputs], refs=refs, summary={})
+
+
+def _pruned_from(path: Path) -> str | None:
+    """The id of the model a model artifact was pruned from, following its lineage back
+    through fine-tuning; None when it was never pruned."""
+    from uqcompress.artifacts import read_manifest
+    from uqcompress.errors import UqcError
+
+    current = path.resolve()
+    for _ in range(64):  # lineages are short; a bound instead of trusting hand-edited ones
+        try:
+            manifest = read_manifest(current)
+        except UqcError:
+            return None
+        if manifest.step == "prune":
+            model_refs = [ref for ref in manifest.inputs if ref.role == "model"]
+            return model_refs[0].id if model_refs else None
+        parents = [ref for ref in manifest.inputs if ref.role == "model"]
+        if not parents:
+            return None
+        current = (current / parents[0].path).resolve()
+    return None
