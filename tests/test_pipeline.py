@@ -22,6 +22,8 @@ def test_quick_demo_runs_every_step(cli, tmp_path: Path) -> None:  # type: ignor
             "eval-pruned",
             "eval-pruned-finetuned",
             "eval-ensemble",
+            "eval-hydra",
+            "eval-hydra-onnx",
         )
     }
     assert all(r["examples"] == 360 for r in rows.values())
@@ -30,6 +32,9 @@ def test_quick_demo_runs_every_step(cli, tmp_path: Path) -> None:  # type: ignor
     # The ONNX export scores the test set like its torch source.
     for key in ("acc", "nll", "ece", "ood.photo-patches.entropy.auroc"):
         assert abs(rows["eval-single"][key] - rows["eval-onnx"][key]) < 1e-5, key
+        assert abs(rows["eval-hydra"][key] - rows["eval-hydra-onnx"][key]) < 1e-5, key
+    assert rows["eval-hydra"]["members"] == rows["eval-hydra-onnx"]["members"] == 3
+    assert "disagreement" in rows["eval-hydra"]
     lineage = json.loads(cli("inspect", str(tmp_path / "demo" / "eval-onnx"), "--json").out)
     assert [(n["kind"], n["step"]) for n in lineage["lineage"]] == [
         ("eval", "eval"),
@@ -39,7 +44,7 @@ def test_quick_demo_runs_every_step(cli, tmp_path: Path) -> None:  # type: ignor
     ]
     assert all(n["status"] == "ok" for n in lineage["lineage"])
     again = cli("demo", "--quick", "--out", str(tmp_path / "demo"))
-    assert again.out == result.out and again.err.count("reusing") == 15
+    assert again.out == result.out and again.err.count("reusing") == 21
     pruned = open_artifact(tmp_path / "demo" / "model-pruned").manifest.summary
     assert pruned["heads_after"] == pruned["heads_before"] // 2
     assert rows["eval-pruned"]["parameters"] < rows["eval-single"]["parameters"]

@@ -128,12 +128,14 @@ def test_padding_stays_exactly_zero_through_training() -> None:
     loader = DataLoader(rows, batch_size=8)  # type: ignore[arg-type]
     train(model, loader, TrainConfig(epochs=2, lr=1e-2, batch_size=8))
     attention = model.layers[1].attention  # slots 2: member 1 has none, member 0 has one
-    head_dim = attention.head_dim
-    assert torch.count_nonzero(attention.query.weight[1]) == 0
+    d, width = attention.head_dim, 2 * attention.head_dim
+    qkv = attention.qkv.weight  # [M, hidden, 3 * width], blocks [Q | K | V]
+    assert torch.count_nonzero(qkv[1]) == 0 and torch.count_nonzero(attention.qkv.bias[1]) == 0
     assert torch.count_nonzero(attention.output.weight[1]) == 0
-    assert torch.count_nonzero(attention.value.weight[0, :, head_dim:]) == 0
-    assert torch.count_nonzero(attention.output.weight[0, head_dim:]) == 0
-    assert torch.count_nonzero(attention.value.weight[0, :, :head_dim]) > 0
+    for block in range(3):  # member 0: its one head's columns trained, the padded slot zero
+        assert torch.count_nonzero(qkv[0, :, block * width + d : (block + 1) * width]) == 0
+        assert torch.count_nonzero(qkv[0, :, block * width : block * width + d]) > 0
+    assert torch.count_nonzero(attention.output.weight[0, d:]) == 0
 
 
 def test_training_loss_is_the_mean_of_member_cross_entropies() -> None:

@@ -18,3 +18,6 @@ def test_full_demo_meets_its_bar(cli, tmp_path: Path) -> None:  # type: ignore[n
     assert single["acc"] >= 0.95
     assert ensemble["acc"] >= 0.95
     assert ensemble["nll"] < single["nll"]  # the ensemble's promise: better uncertainty
+    hydra = open_artifact(tmp_path / "demo" / "eval-hydra").manifest.summary
+    assert hydra["members"] == 3 and hydra["acc"] >= 0.95
+    assert hydra["parameters"] < single["parameters"]  # 3 members of H/3 heads, shared MLP

@@ -28,7 +28,7 @@ def demo(
     force: Force = False,
     json_out: Json = False,
 ) -> None:
-    """Train 3 ViTs on digits; export, prune and ensemble them; compare in one table.
+    """Train 3 ViTs on digits; export, prune, ensemble and fuse them; compare in one table.
 
     Evaluates on builtin:digits@test with builtin:photo-patches as OOD data and prints a
     table; stdout carries the path of the exported ONNX artifact. Re-running reuses finished
@@ -53,11 +53,12 @@ def demo(
     )
     seconds = [m.artifact.manifest.summary.get("train_seconds", 0.0) for m in result.models]
     parity = result.onnx.artifact.manifest.summary
+    hydra_parity = result.hydra_onnx.artifact.manifest.summary
     stderr.print(
         f"{len(seconds)} ViTs trained in {sum(seconds):.1f} s on {resolved_device}; ONNX parity "
-        f"max |probs diff| {parity['parity_max_abs_probs']:.1e} over "
-        f"{parity['parity_examples']} examples; demo took {time.perf_counter() - start:.1f} s. "
-        f"Artifacts in {root}"
+        f"max |probs diff| {parity['parity_max_abs_probs']:.1e} (Hydra "
+        f"{hydra_parity['parity_max_abs_probs']:.1e}) over {parity['parity_examples']} "
+        f"examples; demo took {time.perf_counter() - start:.1f} s. Artifacts in {root}"
     )
     emit(result.onnx, json_out)
     accuracy = result.single.evaluation.artifact.manifest.summary["acc"]

@@ -154,9 +154,7 @@ def fuse(members: list[LoadedModel]) -> LoadedModel:
             _stack_norm(layer.norm_attention, [p.norm_attention[index] for p in parts])
             _stack_norm(layer.norm_mlp, [p.norm_mlp[index] for p in parts])
             attention = [p.attention[index] for p in parts]
-            _stack_heads(layer.attention.query, [a.query for a in attention], as_rows=False)
-            _stack_heads(layer.attention.key, [a.key for a in attention], as_rows=False)
-            _stack_heads(layer.attention.value, [a.value for a in attention], as_rows=False)
+            _stack_qkv(layer.attention.qkv, attention)
             _stack_heads(layer.attention.output, [a.output for a in attention], as_rows=True)
         if hydra.final_norm is not None:
             _stack_norm(hydra.final_norm, [_required(p.final_norm) for p in parts])
@@ -253,6 +251,21 @@ def _stack_heads(target: Any, linears: list[nn.Linear], as_rows: bool) -> None:
         target.weight[m, :rows, :cols] = weight
         if linear.bias is not None:
             target.bias[m, 0, : linear.bias.shape[0]] = linear.bias
+
+
+def _stack_qkv(target: Any, attention: list[Any]) -> None:
+    """Shape: per member Q, K, V weights `[k_m d_h, d]` -> target `[M, d, 3 * slots d_h]`,
+    laid out [Q | K | V] with each block zero-padded from k_m d_h to slots d_h columns."""
+    width = target.weight.shape[-1] // 3
+    target.weight.zero_()
+    target.bias.zero_()
+    for m, parts in enumerate(attention):
+        for block, linear in enumerate((parts.query, parts.key, parts.value)):
+            used = linear.weight.shape[0]
+            start = block * width
+            target.weight[m, :, start : start + used] = linear.weight.t()
+            if linear.bias is not None:
+                target.bias[m, 0, start : start + used] = linear.bias
 
 
 def _required(module: Any) -> Any:

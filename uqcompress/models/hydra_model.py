@@ -89,7 +89,8 @@ class GroupedLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
         grouped = x.reshape(self.members, -1, x.shape[-1])  # [M, B*..., in]
-        out = torch.matmul(grouped, self.weight) + self.bias
+        # One batched GEMM with the bias folded in (exported as MatMul + Add).
+        out = torch.baddbmm(self.bias, grouped, self.weight)
         return out.reshape(*lead, self.weight.shape[-1])
 
 
@@ -108,7 +109,8 @@ class MemberLayerNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         hidden = x.shape[-1]
         normed = F.layer_norm(x, (hidden,), eps=self.eps).reshape(self.members, -1, hidden)
-        out = normed * self.weight[:, None, :] + self.bias[:, None, :]
+        # scale and shift in one pass: bias + normed * weight
+        out = torch.addcmul(self.bias[:, None, :], normed, self.weight[:, None, :])
         return out.reshape(x.shape)
 
 
@@ -124,9 +126,8 @@ class FusedAttention(nn.Module):
         super().__init__()
         self.slots, self.head_dim, self.dropout = slots, head_dim, dropout
         width = slots * head_dim
-        self.query = GroupedLinear(members, hidden, width)
-        self.key = GroupedLinear(members, hidden, width)
-        self.value = GroupedLinear(members, hidden, width)
+        # Q, K and V of every member in one grouped GEMM: columns [Q | K | V], each `width`.
+        self.qkv = GroupedLinear(members, hidden, 3 * width)
         self.output = GroupedLinear(members, width, hidden)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
@@ -136,15 +137,12 @@ class FusedAttention(nn.Module):
             grouped = torch.zeros_like(x).reshape(self.output.members, -1, x.shape[-1])
             return (grouped + self.output.bias).reshape(x.shape)
         rows, length, _ = x.shape
-
-        def heads(projection: GroupedLinear) -> torch.Tensor:
-            out = projection(x).reshape(rows, length, self.slots, self.head_dim)
-            return out.transpose(1, 2)  # [M*B, slots, T, head_dim]
-
+        qkv = self.qkv(x).reshape(rows, length, 3, self.slots, self.head_dim)
+        query, key, value = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each [M*B, slots, T, d_h]
         attended = F.scaled_dot_product_attention(
-            heads(self.query),
-            heads(self.key),
-            heads(self.value),
+            query,
+            key,
+            value,
             attn_mask=mask,
             dropout_p=self.dropout if self.training else 0.0,
         )

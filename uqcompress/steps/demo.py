@@ -1,8 +1,10 @@
 """`uqc demo`: the toolchain on scikit-learn's digits, end to end.
 
-init + finetune three ViTs (seeds 0, 1, 2), export the first to ONNX (parity-checked), then
-evaluate the single ViT, its ONNX export and the 3-ViT deep ensemble on `digits@test`, with
-`builtin:photo-patches` as out-of-distribution data.
+init + finetune three ViTs (seeds 0, 1, 2), export the first to ONNX (parity-checked); prune
+the first (HIES, 50% of heads) and fine-tune it; make a Hydra ensemble of it (3 members that
+share no head, fused, fine-tuned jointly) and export that too; then evaluate the single ViT, its
+ONNX export, the pruned model, the 3-ViT deep ensemble and the Hydra model (torch and ONNX) on
+`digits@test`, with `builtin:photo-patches` as out-of-distribution data.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 from uqcompress.steps import eval as eval_step
 from uqcompress.steps import export as export_step
 from uqcompress.steps import finetune as finetune_step
+from uqcompress.steps import fuse as fuse_step
 from uqcompress.steps import init as init_step
 from uqcompress.steps import prune as prune_step
 from uqcompress.steps import score as score_step
@@ -33,12 +36,21 @@ class DemoPlan:
     members: int
     prune_ratio: float = 0.5
     retrain_epochs: int = 10
+    hydra_epochs: int = 20  # joint fine-tuning of the fused members (each keeps H/M heads)
 
 
 # Full: ViT-small (4 layers, 4 heads, hidden 64, 2x2 patches of the 8x8 digit = 16 tokens).
 FULL = DemoPlan(preset="small", epochs=60, lr=2e-3, batch_size=64, members=3)
 # Quick: tiny ViTs and 2 epochs, for tests; it exercises every step, not the accuracy.
-QUICK = DemoPlan(preset="tiny", epochs=2, lr=1e-3, batch_size=64, members=3, retrain_epochs=1)
+QUICK = DemoPlan(
+    preset="tiny",
+    epochs=2,
+    lr=1e-3,
+    batch_size=64,
+    members=3,
+    retrain_epochs=1,
+    hydra_epochs=1,
+)
 
 
 @dataclass(frozen=True)
@@ -52,6 +64,7 @@ class DemoResult:
     plan: DemoPlan
     models: list[StepResult]
     onnx: StepResult
+    hydra_onnx: StepResult
     rows: list[DemoRow]
 
     @property
@@ -134,6 +147,7 @@ def run(out: Path, quick: bool, device: str, threads: int, force: bool = False) 
         out / "model-pruned-finetuned",
         force,
     )
+    hydra, hydra_onnx = _hydra(plan, scores.artifact.path, out, device, threads, force)
     share = f"{plan.prune_ratio:.0%} heads pruned"
     rows = [
         evaluate(f"ViT-{plan.preset} (torch)", [models[0].artifact.path], "eval-single"),
@@ -149,5 +163,57 @@ def run(out: Path, quick: bool, device: str, threads: int, force: bool = False) 
             [m.artifact.path for m in models],
             "eval-ensemble",
         ),
+        evaluate(
+            f"Hydra: {plan.members} pruned ViT-{plan.preset} fused, + {plan.hydra_epochs} epochs",
+            [hydra.artifact.path],
+            "eval-hydra",
+        ),
+        evaluate("  Hydra (ONNX Runtime)", [hydra_onnx.artifact.path], "eval-hydra-onnx"),
     ]
-    return DemoResult(plan=plan, models=models, onnx=onnx, rows=rows)
+    return DemoResult(plan=plan, models=models, onnx=onnx, hydra_onnx=hydra_onnx, rows=rows)
+
+
+def _hydra(
+    plan: DemoPlan, scores: Path, out: Path, device: str, threads: int, force: bool
+) -> tuple[StepResult, StepResult]:
+    """M members that share no head (HIES ranking dealt round-robin), fused into one Hydra
+    model, fine-tuned jointly, exported to ONNX."""
+    from uqcompress.console import stderr
+
+    stderr.print(f"[bold]Hydra: {plan.members} members, fused[/bold]")
+    members = prune_step.run(
+        scores,
+        prune_step.PruneConfig(
+            members=plan.members, select="partition", device=device, threads=threads
+        ),
+        out=out / "members",
+        force=force,
+    )
+    fused = fuse_step.run(
+        [members.artifact.path],
+        fuse_step.FuseConfig(device=device, threads=threads),
+        out / "model-hydra",
+        force,
+    )
+    trained = finetune_step.run(
+        fused.artifact.path,
+        finetune_step.FinetuneConfig(
+            data="builtin:digits@train",
+            val="builtin:digits@val",
+            epochs=plan.hydra_epochs,
+            lr=plan.lr,
+            batch_size=plan.batch_size,
+            seed=0,
+            device=device,
+            threads=threads,
+        ),
+        out / "model-hydra-finetuned",
+        force,
+    )
+    exported = export_step.run(
+        trained.artifact.path,
+        export_step.ExportConfig(format="onnx", data=TEST, device="cpu", threads=threads),
+        out / "onnx-hydra",
+        force,
+    )
+    return trained, exported
