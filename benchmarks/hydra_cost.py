@@ -60,10 +60,13 @@ ALGORITHMS.md section 1.5 item 3 estimates Hydra at about 2.3x single and 0.78x 
 ensemble for ViT-B with M = 3, counting per token and leaving out the T^2 terms, embeddings and
 classifiers; a note under the tables sets this run's numbers next to that estimate.
 
-`--quick` is a smoke run (well under 2 minutes on 2 cores): 2 layers of the base shapes
-(per-layer ratios are the real ones, embeddings and classifiers weigh more), M = 2 and 3, 3
-repeats after 1 warm-up. Timings depend on the machine and what else runs on it; nothing here
-asserts on them.
+`--quick` is a smoke run (about 80 s on 2 idle cores; three minutes when another process held
+one of them): 2 layers of the base shapes (per-layer ratios are the real ones, embeddings and
+classifiers weigh more), M = 2 and 3, 3 repeats after 1 warm-up. Full mode is the same code at
+12 layers, M up to 4 and 10 repeats after 2 warm-ups: roughly half an hour on 2 cores,
+extrapolated from quick mode. Timings depend on the machine and what else runs on it (torch
+with `--threads` equal to the core count slows down badly when another process takes a core);
+nothing here asserts on them.
 
     .venv/bin/python benchmarks/hydra_cost.py [--quick] [--markdown] [--threads 2]
 """

@@ -141,6 +141,34 @@ def _force_on_files(tmp: Path, f: dict[str, Path]) -> list[str]:
     ]
 
 
+def _pruned(root: Path, family: str, seed: int) -> Path:
+    """A pruned tiny model (built once per session under `root`)."""
+    from uqcompress.steps import init, prune, score
+
+    labels = ["neg", "pos"]
+    base = init.run(
+        init.InitConfig(family=family, labels=labels, seed=seed), root / f"{family}{seed}"
+    )
+    scores = score.run(
+        base.artifact.path, score.ScoreConfig(method="l2"), root / f"{family}{seed}-scores"
+    )
+    return prune.run(
+        scores.artifact.path, prune.PruneConfig(ratio=0.5), out=root / f"{family}{seed}-pruned"
+    ).artifact.path
+
+
+def _fuse_families(tmp: Path, f: dict[str, Path]) -> list[str]:
+    return ["fuse", str(_pruned(f["root"], "bert", 0)), str(_pruned(f["root"], "vit", 0))]
+
+
+def _fuse_bases(tmp: Path, f: dict[str, Path]) -> list[str]:
+    return ["fuse", str(_pruned(f["root"], "bert", 0)), str(_pruned(f["root"], "bert", 1))]
+
+
+def _sve(f: dict[str, Path], *extra: str) -> list[str]:
+    return ["svd-ensemble", str(f["bert"]), "--data", str(f["train"]), *extra]
+
+
 ROWS: dict[str, tuple[Case, str]] = {
     "missing path": (
         lambda t, f: ["eval", str(t / "nope"), "--data", str(f["test"])],
@@ -301,6 +329,25 @@ ROWS: dict[str, tuple[Case, str]] = {
         lambda t, f: ["eval", str(f["bert"]), str(f["bert"]), "--data", str(f["test"])],
         "more than once",
     ),
+    "fuse without members": (
+        lambda t, f: ["fuse", str(f["bert"])],
+        "fuse takes a members artifact",
+    ),
+    "fuse members of different families": (_fuse_families, "different families"),
+    "fuse members of different base models": (_fuse_bases, "different base models"),
+    "svd-ensemble --members 0": (lambda t, f: _sve(f, "--members", "0"), "--members 0"),
+    "svd-ensemble negative --sigma-init": (
+        lambda t, f: _sve(f, "--sigma-init", "-1"),
+        "--sigma-init -1.0 must be 0 or more",
+    ),
+    "svd-ensemble --targets matching nothing": (
+        lambda t, f: _sve(f, "--targets", "nope"),
+        "matches no linear layer; this model has: bert.encoder.layer.N.attention",
+    ),
+    "svd-ensemble --rank too large": (
+        lambda t, f: _sve(f, "--rank", "64"),
+        "--rank 64 is larger than",
+    ),
 }
 
 
@@ -328,6 +375,7 @@ def inputs(
         "vit": tiny_vit_artifact,
         "eval": evaluation,
         "scores": scores,
+        "root": session_root / "matrix-members",
         **sentiment_csv,
     }
 

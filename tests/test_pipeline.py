@@ -24,6 +24,7 @@ def test_quick_demo_runs_every_step(cli, tmp_path: Path) -> None:  # type: ignor
             "eval-ensemble",
             "eval-hydra",
             "eval-hydra-onnx",
+            "eval-sve",
         )
     }
     assert all(r["examples"] == 360 for r in rows.values())
@@ -35,6 +36,7 @@ def test_quick_demo_runs_every_step(cli, tmp_path: Path) -> None:  # type: ignor
         assert abs(rows["eval-hydra"][key] - rows["eval-hydra-onnx"][key]) < 1e-5, key
     assert rows["eval-hydra"]["members"] == rows["eval-hydra-onnx"]["members"] == 3
     assert "disagreement" in rows["eval-hydra"]
+    assert rows["eval-sve"]["members"] == 4
     lineage = json.loads(cli("inspect", str(tmp_path / "demo" / "eval-onnx"), "--json").out)
     assert [(n["kind"], n["step"]) for n in lineage["lineage"]] == [
         ("eval", "eval"),
@@ -44,7 +46,7 @@ def test_quick_demo_runs_every_step(cli, tmp_path: Path) -> None:  # type: ignor
     ]
     assert all(n["status"] == "ok" for n in lineage["lineage"])
     again = cli("demo", "--quick", "--out", str(tmp_path / "demo"))
-    assert again.out == result.out and again.err.count("reusing") == 21
+    assert again.out == result.out and again.err.count("reusing") == 23
     pruned = open_artifact(tmp_path / "demo" / "model-pruned").manifest.summary
     assert pruned["heads_after"] == pruned["heads_before"] // 2
     assert rows["eval-pruned"]["parameters"] < rows["eval-single"]["parameters"]

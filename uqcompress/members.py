@@ -64,12 +64,14 @@ class PredictionSource(ABC):
 
 
 class TorchSource(PredictionSource):
-    def __init__(self, path: Path, role: str, device: str) -> None:
+    def __init__(self, path: Path, role: str, device: str, samples: int | None = None) -> None:
         from uqcompress.models.loading import load_model, resolve_model_source
 
         source = resolve_model_source(path, role)
         self.ref, self.path, self.device = source.ref, path, device
         self.loaded = load_model(source)
+        if samples is not None:
+            _set_samples(self.loaded, samples, path)
         self.labels = self.loaded.labels
         self.input_kind = self.loaded.input_kind
         self.members = self.loaded.members
@@ -165,13 +167,40 @@ class MembersSource(PredictionSource):
         return combine(outputs)
 
 
+def _set_samples(loaded: object, samples: int, path: Path) -> None:
+    """`eval --samples`: the roll-outs of a DIRECTOR student."""
+    from uqcompress.errors import ConfigError
+    from uqcompress.methods.director import DirectorModel, with_samples
+
+    model = getattr(loaded, "model", None)
+    if not isinstance(model, DirectorModel):
+        raise ConfigError(
+            f"--samples applies to DIRECTOR students; {path} is not one",
+            hint="drop --samples",
+        )
+    with_samples(model, samples)
+    loaded.config.uqc_director = {**loaded.config.uqc_director, "members": samples}  # type: ignore[attr-defined]
+
+
 def open_source(
-    path: Path, role: str, device: str = "cpu", threads: int | None = None
+    path: Path,
+    role: str,
+    device: str = "cpu",
+    threads: int | None = None,
+    samples: int | None = None,
 ) -> PredictionSource:
     """A model artifact or transformers dir runs in torch; an onnx artifact in ONNX Runtime."""
+    from uqcompress.errors import ConfigError
+
     kind = read_manifest(path).kind if (path / MANIFEST_NAME).is_file() else None
+    if samples is not None and kind in ("onnx", "members"):
+        raise ConfigError(
+            f"--samples applies to DIRECTOR students in torch; {path} is a {kind} artifact "
+            "(an exported graph has its sample count fixed)",
+            hint="drop --samples, or export the student after choosing its samples",
+        )
     if kind == "onnx":
         return OnnxSource(path, role, device, threads)
     if kind == "members":
         return MembersSource(path, role, device)
-    return TorchSource(path, role, device)
+    return TorchSource(path, role, device, samples)

@@ -19,7 +19,7 @@ from uqcompress.methods.hydra import (
     shared_weight_members,
 )
 from uqcompress.models.factory import create_model
-from uqcompress.models.hydra_model import GroupedLinear
+from uqcompress.models.grouped import GroupedLinear
 from uqcompress.models.loading import LoadedModel, load_model, resolve_model_source, save_model
 from uqcompress.models.surgery import prune_heads
 

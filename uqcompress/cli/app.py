@@ -18,6 +18,7 @@ import typer
 from uqcompress import __version__
 from uqcompress.cli import (
     demo_cmd,
+    director_cmd,
     eval_cmd,
     export_cmd,
     finetune_cmd,
@@ -28,6 +29,7 @@ from uqcompress.cli import (
     predict_cmd,
     prune_cmd,
     score_cmd,
+    sve_cmd,
 )
 from uqcompress.errors import UqcError
 
@@ -69,6 +71,8 @@ app.command("eval")(eval_cmd.evaluate)
 app.command("score")(score_cmd.score)
 app.command("prune")(prune_cmd.prune)
 app.command("fuse")(fuse_cmd.fuse)
+app.command("svd-ensemble")(sve_cmd.svd_ensemble)
+app.command("distill-director")(director_cmd.distill_director)
 app.command("export")(export_cmd.export)
 app.command("predict")(predict_cmd.predict)
 app.command("inspect")(inspect_cmd.inspect)

@@ -41,6 +41,14 @@ def evaluate(
             show_default=False,
         ),
     ] = None,
+    samples: Annotated[
+        int | None,
+        typer.Option(
+            "--samples",
+            help="DIRECTOR students: sampled roll-outs per input (default: the stored S).",
+            show_default=False,
+        ),
+    ] = None,
     gate: Annotated[
         str | None,
         typer.Option(
@@ -73,6 +81,7 @@ def evaluate(
         data=data,
         ood=list(ood or []),
         gate=gate,
+        samples=samples,
         batch_size=batch_size,
         max_length=max_length,
         text_column=text_column,

@@ -40,6 +40,14 @@ def export(
         ),
     ] = 1e-4,
     opset: Annotated[int, typer.Option("--opset", help="ONNX opset (>= 18).")] = 18,
+    materialize: Annotated[
+        bool,
+        typer.Option(
+            "--materialize",
+            help="SVE models: dense per-member weights in the graph (M weight copies, fewer "
+            "FLOPs per member) instead of the factorised form (U, V once; small file).",
+        ),
+    ] = False,
     text_column: TextColumn = "text",
     label_column: LabelColumn = "label",
     device: Device = "cpu",
@@ -59,6 +67,7 @@ def export(
         data=data,
         atol=atol,
         opset=opset,
+        materialize=materialize,
         text_column=text_column,
         label_column=label_column,
         device=resolved_device,

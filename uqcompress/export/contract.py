@@ -23,6 +23,13 @@ META_MEMBERS = "uqc.members"  # M
 META_AGGREGATION = "uqc.aggregation"  # how `probs` combines the members
 AGGREGATION = "mean_probs"  # probs = mean over members of softmax(member_logits)
 
+# Sampling models (DIRECTOR) take their random draws as an input, because ONNX Runtime's
+# random numbers are not torch's: `noise` `[B, S, K, T, d]` standard normal (S samples, K
+# steps, T tokens, d hidden). META_NOISE (JSON) has samples, steps, hidden, tokens (null for
+# text: T is the padded length) and the seed the Predictor uses when none is passed.
+NOISE_INPUT = "noise"
+META_NOISE = "uqc.noise"
+
 FORMAT_VERSION = "1"
 TOKENIZER_FILE = "tokenizer.json"
 ONNX_FILE = "model.onnx"

@@ -59,8 +59,56 @@ class ImageGraph(nn.Module):
         return _outputs(self.member_logits(self.model, {"pixel_values": pixel_values}))
 
 
+class SampledTextGraph(nn.Module):
+    """A sampling model (DIRECTOR) with its noise as an input.
+
+    Shape: input_ids, attention_mask, token_type_ids `[B, T]`, noise `[B, S, K, T, d]` ->
+    member_logits `[B, S, C]`, probs, entropy, mutual_info.
+    """
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor,
+        noise: torch.Tensor,
+    ) -> tuple[torch.Tensor, ...]:
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            noise=noise,
+        )
+        return _outputs(out.member_logits)
+
+
+class SampledImageGraph(nn.Module):
+    """Shape: pixel_values `[B, C, H, W]`, noise `[B, S, K, T, d]` -> member_logits
+    `[B, S, C]`, probs, entropy, mutual_info."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, pixel_values: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return _outputs(self.model(pixel_values=pixel_values, noise=noise).member_logits)
+
+
+def takes_noise(model: nn.Module) -> bool:
+    """Sampling models expose `noise_shape` and take their draws as an input."""
+    return hasattr(model, "noise_shape")
+
+
 def graph_for(model: nn.Module, input_kind: str, member_logits: Any = None) -> nn.Module:
     """The exportable module for a model, in eval mode."""
+    graph: nn.Module
+    if takes_noise(model):
+        graph = SampledTextGraph(model) if input_kind == "text" else SampledImageGraph(model)
+        return graph.eval()
     fn = member_logits or model_member_logits
     graph = TextGraph(model, fn) if input_kind == "text" else ImageGraph(model, fn)
     return graph.eval()

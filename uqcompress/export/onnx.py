@@ -56,13 +56,22 @@ class ParityReport:
 def _trace_inputs(loaded: LoadedModel) -> tuple[Any, ...]:
     import torch
 
+    from uqcompress.export.graph import takes_noise
+
+    model: Any = loaded.model
     if loaded.input_kind == "text":
         vocab = int(loaded.config.vocab_size)
         generator = torch.Generator().manual_seed(0)
         ids = torch.randint(5, vocab, (TRACE_BATCH, TRACE_LENGTH), generator=generator)
-        return ids, torch.ones_like(ids), torch.zeros_like(ids)
+        text: tuple[Any, ...] = (ids, torch.ones_like(ids), torch.zeros_like(ids))
+        if takes_noise(model):
+            text += (torch.zeros(model.noise_shape(TRACE_BATCH, TRACE_LENGTH)),)
+        return text
     size, channels = int(loaded.config.image_size), int(loaded.config.num_channels)
-    return (torch.zeros(TRACE_BATCH, channels, size, size),)
+    image: tuple[Any, ...] = (torch.zeros(TRACE_BATCH, channels, size, size),)
+    if takes_noise(model):
+        image += (torch.zeros(model.noise_shape(TRACE_BATCH, model.image_tokens())),)
+    return image
 
 
 def export_graph(graph: Any, loaded: LoadedModel, path: Path, opset: int) -> None:
@@ -72,15 +81,23 @@ def export_graph(graph: Any, loaded: LoadedModel, path: Path, opset: int) -> Non
 
     if opset < MIN_OPSET:
         raise ConfigError(f"--opset {opset} is below {MIN_OPSET}", hint=f"pass --opset {MIN_OPSET}")
+    from uqcompress.export.graph import takes_noise
+
     batch = Dim("batch", min=1, max=1 << 16)
     if loaded.input_kind == "text":
         limit = loaded.max_length or 512
         sequence = Dim("sequence", min=1, max=limit)
         names: tuple[str, ...] = contract.TEXT_INPUTS
         dynamic: tuple[dict[int, Any], ...] = tuple({0: batch, 1: sequence} for _ in names)
+        if takes_noise(loaded.model):
+            names += (contract.NOISE_INPUT,)
+            dynamic += ({0: batch, 3: sequence},)
     else:
         names = contract.IMAGE_INPUTS
         dynamic = ({0: batch},)
+        if takes_noise(loaded.model):
+            names += (contract.NOISE_INPUT,)
+            dynamic += ({0: batch},)
     graph.eval()
     # The exporter narrates on stdout, which carries only our result: send it to stderr.
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)
@@ -137,7 +154,22 @@ def metadata_for(
             "pixel_scale": "0..255",
         }
         names = list(contract.IMAGE_INPUTS)
+    noise: dict[str, str] = {}
+    model: Any = loaded.model
+    if hasattr(model, "noise_shape"):
+        names.append(contract.NOISE_INPUT)
+        _, samples, steps, _, hidden = model.noise_shape(1, 1)
+        noise[contract.META_NOISE] = json.dumps(
+            {
+                "samples": samples,
+                "steps": steps,
+                "hidden": hidden,
+                "tokens": model.image_tokens(),
+                "seed": int(model.spec.seed),
+            }
+        )
     return {
+        **noise,
         contract.META_FORMAT: contract.FORMAT_VERSION,
         contract.META_SOURCE_ID: source_id,
         contract.META_SOURCE_KIND: source_kind,
@@ -211,8 +243,6 @@ def check_parity(
     for start in range(0, n, PARITY_BATCH):
         index = list(range(start, min(n, start + PARITY_BATCH)))
         batch = {k: v for k, v in collate(encoded, index).items() if k != "labels"}
-        with torch.inference_mode():
-            reference = [t.float().numpy() for t in graph(**batch)]
         if subset.input_kind == "text":
             assert subset.texts is not None
             onnx_inputs = predictor.encode_texts([subset.texts[i] for i in index])
@@ -222,6 +252,11 @@ def check_parity(
             onnx_inputs = predictor.encode_pixels(subset.images[index])
         first = next(iter(onnx_inputs.values()))
         report.shapes.append("x".join(str(d) for d in first.shape))
+        if predictor.noise is not None:  # both sides draw the same samples
+            onnx_inputs[contract.NOISE_INPUT] = predictor.draw_noise(onnx_inputs)
+            batch[contract.NOISE_INPUT] = torch.from_numpy(onnx_inputs[contract.NOISE_INPUT])
+        with torch.inference_mode():
+            reference = [t.float().numpy() for t in graph(**batch)]
         got = predictor.run(onnx_inputs)
         produced = [got.member_logits, got.probs, got.entropy, got.mutual_info]
         for name, ref, out in zip(contract.OUTPUT_NAMES, reference, produced, strict=True):

@@ -76,6 +76,10 @@ class Predictor:
         self.members = int(meta[contract.META_MEMBERS])
         self.preprocessing: dict[str, Any] = json.loads(meta[contract.META_PREPROCESSING])
         self.source_id = meta.get(contract.META_SOURCE_ID, "")
+        # Sampling models: the noise spec; draws come from a NumPy generator seeded per call.
+        self.noise: dict[str, Any] | None = (
+            json.loads(meta[contract.META_NOISE]) if contract.META_NOISE in meta else None
+        )
         self._tokenizer: Any = None
         if self.input_kind == "text":
             tokenizer_path = onnx_path.parent / self.preprocessing["tokenizer"]
@@ -134,8 +138,32 @@ class Predictor:
 
     # -- running --------------------------------------------------------------------------
 
+    def draw_noise(
+        self, inputs: dict[str, npt.NDArray[Any]], seed: int | None = None
+    ) -> npt.NDArray[np.float32]:
+        """Standard normal draws for a sampling model's `noise` input, from a NumPy generator
+        seeded with `seed` (default: the seed in the metadata): reproducible per batch.
+
+        Shape: `[B, S, K, T, d]`.
+        """
+        assert self.noise is not None, "this model takes no noise"
+        first = next(iter(inputs.values()))
+        tokens = self.noise["tokens"] or first.shape[1]
+        shape = (
+            first.shape[0],
+            self.noise["samples"],
+            self.noise["steps"],
+            tokens,
+            self.noise["hidden"],
+        )
+        rng = np.random.default_rng(self.noise["seed"] if seed is None else seed)
+        return rng.standard_normal(shape, dtype=np.float32)
+
     def run(self, inputs: dict[str, npt.NDArray[Any]]) -> Prediction:
-        """Run the graph on already-encoded inputs."""
+        """Run the graph on already-encoded inputs (a sampling model's noise is drawn when
+        not given)."""
+        if self.noise is not None and contract.NOISE_INPUT not in inputs:
+            inputs = {**inputs, contract.NOISE_INPUT: self.draw_noise(inputs)}
         member_logits, probs, entropy, mutual_info = self.session.run(
             list(contract.OUTPUT_NAMES), {name: inputs[name] for name in self.input_names}
         )

@@ -98,6 +98,13 @@ def check_fusable(members: list[LoadedModel], names: list[str]) -> None:
             hint="make members with uqc prune SCORES --members 3",
         )
     first = members[0]
+    for member, name in zip(members, names, strict=True):
+        if member.members > 1:
+            raise IncompatibleInputError(
+                f"{name} is already an ensemble of {member.members}; Hydra fuses single "
+                "pruned models",
+                hint="make members with uqc prune SCORES --members 3",
+            )
     if first.family.name not in SUPPORTED_FAMILIES:
         raise IncompatibleInputError(
             f"Hydra does not support the {first.family.name} family",

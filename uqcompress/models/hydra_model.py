@@ -25,7 +25,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers.activations import ACT2FN
-from transformers.utils import ModelOutput
+
+from uqcompress.models.grouped import GroupedLinear
+from uqcompress.models.outputs import MemberOutput
 
 HYDRA_KEY = "uqc_hydra"  # config field holding the HydraSpec as a dict
 SUPPORTED_FAMILIES = ("bert", "vit")
@@ -65,33 +67,6 @@ class HydraSpec:
 
 def is_hydra_config(config: Any) -> bool:
     return getattr(config, HYDRA_KEY, None) is not None
-
-
-@dataclass
-class HydraOutput(ModelOutput):
-    """Shape: member_logits `[B, M, C]`."""
-
-    member_logits: torch.Tensor | None = None
-
-
-class GroupedLinear(nn.Module):
-    """M independent linear maps, one per member, applied in one batched matmul.
-
-    Shape: x `[M*B, ..., in]` (member-major) -> `[M*B, ..., out]`.
-    """
-
-    def __init__(self, members: int, in_features: int, out_features: int) -> None:
-        super().__init__()
-        self.members = members
-        self.weight = nn.Parameter(torch.zeros(members, in_features, out_features))
-        self.bias = nn.Parameter(torch.zeros(members, 1, out_features))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        lead = x.shape[:-1]
-        grouped = x.reshape(self.members, -1, x.shape[-1])  # [M, B*..., in]
-        # One batched GEMM with the bias folded in (exported as MatMul + Add).
-        out = torch.baddbmm(self.bias, grouped, self.weight)
-        return out.reshape(*lead, self.weight.shape[-1])
 
 
 class MemberLayerNorm(nn.Module):
@@ -184,7 +159,7 @@ class HydraLayer(nn.Module):
 
 
 class HydraModel(nn.Module):
-    """The fused ensemble. Call it like the family's classifier; it returns `HydraOutput`.
+    """The fused ensemble. Call it like the family's classifier; it returns `MemberOutput`.
 
     Shape: BERT inputs `[B, T]` or ViT pixel_values `[B, C, H, W]` -> member_logits `[B, M, C]`.
     """
@@ -224,7 +199,7 @@ class HydraModel(nn.Module):
         token_type_ids: torch.Tensor | None = None,
         pixel_values: torch.Tensor | None = None,
         **_: Any,
-    ) -> HydraOutput:
+    ) -> MemberOutput:
         m = self.members
         mask: torch.Tensor | None = None
         if self.family == "bert":
@@ -252,7 +227,7 @@ class HydraModel(nn.Module):
             first = torch.tanh(self.pooler(first))
         logits = self.classifier(self.classifier_dropout(first))  # [M*B, C]
         batch = logits.shape[0] // m
-        return HydraOutput(member_logits=logits.reshape(m, batch, -1).transpose(0, 1))
+        return MemberOutput(member_logits=logits.reshape(m, batch, -1).transpose(0, 1))
 
 
 def _embeddings(config: Any, family: str) -> nn.Module:

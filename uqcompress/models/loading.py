@@ -32,6 +32,9 @@ class ModelSource:
     is_artifact: bool
 
 
+# Config fields of models that are ensembles in one module (Hydra, SVE): their presence
+# means "load with our classes, not transformers'".
+ENSEMBLE_KEYS = ("uqc_hydra", "uqc_sve", "uqc_director")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
@@ -116,8 +119,18 @@ def refuse_fused(source: ModelSource, step: str) -> None:
         return  # load_model reports unreadable configs with its own message
     if isinstance(raw, dict) and raw.get("uqc_hydra") is not None:
         raise ConfigError(
-            f"{source.path} is a fused Hydra model; {step} works on one classifier's heads",
+            f"{source.path} is a fused Hydra model; {step} works on one classifier",
             hint=f"{step} the base model before pruning members and fusing them",
+        )
+    if isinstance(raw, dict) and raw.get("uqc_director") is not None:
+        raise ConfigError(
+            f"{source.path} is a DIRECTOR student; {step} works on one classifier",
+            hint=f"{step} the teacher it was distilled from",
+        )
+    if isinstance(raw, dict) and raw.get("uqc_sve") is not None:
+        raise ConfigError(
+            f"{source.path} is a Singular Value Ensemble; {step} works on one classifier",
+            hint=f"{step} the base model the ensemble was built from",
         )
 
 
@@ -142,13 +155,19 @@ class LoadedModel:
         return self.family.max_length(self.config)
 
     def num_parameters(self) -> int:
-        return sum(p.numel() for p in self.model.parameters())
+        """Weights: parameters plus floating-point buffers (an SVE model's frozen singular
+        vectors are buffers; integer buffers such as BERT's position ids are not weights)."""
+        buffers = (b for b in self.model.buffers() if b.is_floating_point())
+        return sum(p.numel() for p in self.model.parameters()) + sum(b.numel() for b in buffers)
 
     @property
     def members(self) -> int:
         """Predictions per input: M for a fused Hydra model, 1 for a classifier."""
-        raw = getattr(self.config, "uqc_hydra", None)
-        return int(raw["members"]) if raw is not None else 1
+        for key in ENSEMBLE_KEYS:
+            raw = getattr(self.config, key, None)
+            if raw is not None:
+                return int(raw["members"])
+        return 1
 
 
 def first_line(exc: BaseException) -> str:
@@ -196,6 +215,10 @@ def load_model(source: ModelSource) -> LoadedModel:
     family = family_for_config(config, str(path))
     if getattr(config, "uqc_hydra", None) is not None:
         return _finish(_load_hydra(path, config, family), path)
+    if getattr(config, "uqc_sve", None) is not None:
+        return _finish(_load_sve(path, config, family), path)
+    if getattr(config, "uqc_director", None) is not None:
+        return _finish(_load_director(path, config, family), path)
     if getattr(config, "uqc_kept_heads", None) is not None:
         return _finish(_load_pruned(path, config, family), path)
     try:
@@ -289,6 +312,43 @@ def _load_hydra(path: Path, config: Any, family: Family) -> LoadedModel:
     return LoadedModel(model=model, family=family, config=config, labels=labels_of(config))
 
 
+def _load_sve(path: Path, config: Any, family: Family) -> LoadedModel:
+    """A Singular Value Ensemble: its shapes come from the `uqc_sve` spec in the config."""
+    from safetensors.torch import load_model as load_safetensors_model
+
+    from uqcompress.methods.sve import sve_skeleton
+
+    try:
+        model: Any = sve_skeleton(config, family)
+        load_safetensors_model(model, str(path / "model.safetensors"), strict=True)
+    except Exception as exc:  # missing file, wrong shapes, damaged data or spec
+        raise ArtifactError(
+            f"cannot load the SVE model in {path}: {first_line(exc)[:300]}",
+            hint="re-create it with uqc svd-ensemble",
+        ) from exc
+    model.eval()
+    return LoadedModel(model=model, family=family, config=config, labels=labels_of(config))
+
+
+def _load_director(path: Path, config: Any, family: Family) -> LoadedModel:
+    """A DIRECTOR student: its shapes come from the `uqc_director` spec and the teacher's
+    config it carries."""
+    from safetensors.torch import load_model as load_safetensors_model
+
+    from uqcompress.methods.director import director_skeleton
+
+    try:
+        model: Any = director_skeleton(config, family)
+        load_safetensors_model(model, str(path / "model.safetensors"), strict=True)
+    except Exception as exc:  # missing file, wrong shapes, damaged data or spec
+        raise ArtifactError(
+            f"cannot load the DIRECTOR model in {path}: {first_line(exc)[:300]}",
+            hint="re-create it with uqc distill-director",
+        ) from exc
+    model.eval()
+    return LoadedModel(model=model, family=family, config=config, labels=labels_of(config))
+
+
 def save_model(loaded: LoadedModel, directory: Path) -> None:
     """Write weights (safetensors), config, tokenizer or preprocessing into ``directory``.
 
@@ -296,11 +356,12 @@ def save_model(loaded: LoadedModel, directory: Path) -> None:
     """
     quiet_transformers()
     config = loaded.model.config
-    if any(getattr(config, key, None) is not None for key in ("uqc_kept_heads", "uqc_hydra")):
-        # A head-pruned or fused Hydra model: transformers would rename keys to its legacy
-        # layout on save and cannot rebuild our shapes on load, so weights go out under the
-        # module's own names (safetensors, format=pt) and load back through `_load_pruned`
-        # or `_load_hydra`.
+    if any(getattr(config, key, None) is not None for key in ("uqc_kept_heads", *ENSEMBLE_KEYS)):
+        # A head-pruned model or an ensemble model (Hydra, SVE): transformers would rename
+        # keys to its legacy layout on save and cannot rebuild our shapes on load, so weights
+        # go out under the
+        # module's own names (safetensors, format=pt) and load back through `_load_pruned`,
+        # `_load_hydra`, `_load_sve` or `_load_director`.
         from safetensors.torch import save_model as save_safetensors_model
 
         directory.mkdir(parents=True, exist_ok=True)

@@ -6,10 +6,19 @@ that consumes logits (training loss, eval, export graph, finetune validation) re
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
+from transformers.utils import ModelOutput
+
+
+@dataclass
+class MemberOutput(ModelOutput):
+    """What an ensemble model (Hydra, SVE) returns. Shape: member_logits `[B, M, C]`."""
+
+    member_logits: torch.Tensor | None = None
 
 
 def member_logits(model: nn.Module, inputs: dict[str, Any]) -> torch.Tensor:

@@ -120,3 +120,13 @@ def shape_to_kept_heads(loaded: LoadedModel, kept: list[list[int]]) -> None:
     if hasattr(loaded.model.config, KEPT_HEADS_KEY):
         delattr(loaded.model.config, KEPT_HEADS_KEY)  # the fresh model still has every head
     prune_heads(loaded, kept)
+
+
+def replace_module(model: Any, name: str, new: Any) -> Any:
+    """Put `new` where the submodule `name` (dotted, as in `named_modules`) was; returns the
+    old module. SVE's SVD layers and its per-member heads go in through here."""
+    parent_name, _, child = name.rpartition(".")
+    parent = model.get_submodule(parent_name) if parent_name else model
+    old = getattr(parent, child)
+    setattr(parent, child, new)
+    return old

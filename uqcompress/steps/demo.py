@@ -2,9 +2,10 @@
 
 init + finetune three ViTs (seeds 0, 1, 2), export the first to ONNX (parity-checked); prune
 the first (HIES, 50% of heads) and fine-tune it; make a Hydra ensemble of it (3 members that
-share no head, fused, fine-tuned jointly) and export that too; then evaluate the single ViT, its
-ONNX export, the pruned model, the 3-ViT deep ensemble and the Hydra model (torch and ONNX) on
-`digits@test`, with `builtin:photo-patches` as out-of-distribution data.
+share no head, fused, fine-tuned jointly) and export that too; train a Singular Value Ensemble
+of it; then evaluate the single ViT, its ONNX export, the pruned model, the 3-ViT deep
+ensemble, the Hydra model (torch and ONNX) and the SVE on `digits@test`, with
+`builtin:photo-patches` as out-of-distribution data.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from uqcompress.steps import fuse as fuse_step
 from uqcompress.steps import init as init_step
 from uqcompress.steps import prune as prune_step
 from uqcompress.steps import score as score_step
+from uqcompress.steps import sve as sve_step
 from uqcompress.steps.common import StepResult
 
 DIGIT_LABELS = [str(d) for d in range(10)]
@@ -37,6 +39,10 @@ class DemoPlan:
     prune_ratio: float = 0.5
     retrain_epochs: int = 10
     hydra_epochs: int = 20  # joint fine-tuning of the fused members (each keeps H/M heads)
+    sve_members: int = 4
+    sve_epochs: int = 10
+    sve_lr: float = 1e-3
+    sve_sigma_init: float = 0.01
 
 
 # Full: ViT-small (4 layers, 4 heads, hidden 64, 2x2 patches of the 8x8 digit = 16 tokens).
@@ -50,6 +56,7 @@ QUICK = DemoPlan(
     members=3,
     retrain_epochs=1,
     hydra_epochs=1,
+    sve_epochs=1,
 )
 
 
@@ -148,6 +155,24 @@ def run(out: Path, quick: bool, device: str, threads: int, force: bool = False) 
         force,
     )
     hydra, hydra_onnx = _hydra(plan, scores.artifact.path, out, device, threads, force)
+    stderr.print(f"[bold]Singular Value Ensemble of {plan.sve_members}[/bold]")
+    sve = sve_step.run(
+        models[0].artifact.path,
+        sve_step.SVEConfig(
+            data="builtin:digits@train",
+            val="builtin:digits@val",
+            members=plan.sve_members,
+            sigma_init=plan.sve_sigma_init,
+            epochs=plan.sve_epochs,
+            lr=plan.sve_lr,
+            batch_size=plan.batch_size,
+            seed=0,
+            device=device,
+            threads=threads,
+        ),
+        out / "model-sve",
+        force,
+    )
     share = f"{plan.prune_ratio:.0%} heads pruned"
     rows = [
         evaluate(f"ViT-{plan.preset} (torch)", [models[0].artifact.path], "eval-single"),
@@ -169,6 +194,11 @@ def run(out: Path, quick: bool, device: str, threads: int, force: bool = False) 
             "eval-hydra",
         ),
         evaluate("  Hydra (ONNX Runtime)", [hydra_onnx.artifact.path], "eval-hydra-onnx"),
+        evaluate(
+            f"SVE: {plan.sve_members} members of ViT-{plan.preset}, {plan.sve_epochs} epochs",
+            [sve.artifact.path],
+            "eval-sve",
+        ),
     ]
     return DemoResult(plan=plan, models=models, onnx=onnx, hydra_onnx=hydra_onnx, rows=rows)
 

@@ -26,6 +26,7 @@ class EvalConfig:
     data: str
     ood: list[str] = field(default_factory=list)
     gate: str | None = None
+    samples: int | None = None  # DIRECTOR students: roll-outs per input (default: stored S)
     batch_size: int = 64
     max_length: int | None = None
     text_column: str = "text"
@@ -58,6 +59,8 @@ def run(
             hint="pass each ensemble member once",
         )
     members = sum(m for _, m in peeked)
+    if cfg.samples is not None and len(peeked) == 1:
+        members = cfg.samples  # a DIRECTOR student evaluated with another S
     data = load_data(cfg.data, cfg.text_column, cfg.label_column)
     ood_sets = [
         load_data(s, cfg.text_column, cfg.label_column, require_labels=False) for s in cfg.ood
@@ -88,7 +91,7 @@ def run(
         from uqcompress.uq.plots import save_ood_histograms, save_reliability_diagram
 
         sources = [
-            open_source(p, role, cfg.device, cfg.threads)
+            open_source(p, role, cfg.device, cfg.threads, cfg.samples)
             for p, role in zip(model_paths, roles, strict=True)
         ]
         labels = sources[0].labels

@@ -23,10 +23,13 @@ class ExportConfig:
     opset: int = 18
     text_column: str = "text"
     label_column: str = "label"
+    materialize: bool = False  # SVE only: dense per-member weights in the graph
     device: str = "cpu"
     threads: int = 1
 
     def validate(self) -> None:
+        if self.materialize and self.format != "onnx":
+            raise ConfigError("--materialize applies to ONNX exports", hint="drop --materialize")
         if self.format not in FORMATS:
             raise ConfigError(
                 f"unknown --format {self.format!r}", hint=f"use one of: {', '.join(FORMATS)}"
@@ -123,10 +126,23 @@ def _write_onnx(
     )
     from uqcompress.export.runtime import Predictor
 
-    graph = graph_for(loaded.model, loaded.input_kind)
+    graph = graph_for(loaded.model, loaded.input_kind)  # the reference of the parity gate
+    exported = graph
+    if cfg.materialize:
+        from uqcompress.methods.sve import is_sve_config, materialize
+
+        if not is_sve_config(loaded.config):
+            raise ConfigError(
+                "--materialize applies to Singular Value Ensembles (uqc svd-ensemble)",
+                hint="drop --materialize",
+            )
+        exported = graph_for(materialize(loaded.model), loaded.input_kind)
+        writer.summary["sve_form"] = "materialized"
+    elif getattr(loaded.config, "uqc_sve", None) is not None:
+        writer.summary["sve_form"] = "factorised"
     onnx_path = writer.dir / contract.ONNX_FILE
     stderr.print(f"[dim]exporting {loaded.family.name} to ONNX (opset {cfg.opset})...[/dim]")
-    export_graph(graph, loaded, onnx_path, cfg.opset)
+    export_graph(exported, loaded, onnx_path, cfg.opset)
     write_metadata(onnx_path, metadata_for(loaded, source_id, source_kind, loaded.members))
     if loaded.input_kind == "text":
         loaded.tokenizer.backend_tokenizer.save(str(writer.dir / contract.TOKENIZER_FILE))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -107,9 +108,12 @@ def _train_into(
     train_data: Any,
     val_data: Any,
     directory: Path,
+    transform: Callable[[Any], Any] | None = None,
+    description: str = "finetune",
 ) -> tuple[dict[str, Any], list[str]]:
     """Fine-tune the model of `source` and save it into `directory`; returns the summary and
-    the warnings for its manifest."""
+    the warnings for its manifest. `transform` turns the loaded, label-checked model into the
+    one to train (the SVE step builds its ensemble there)."""
     summary: dict[str, Any] = {}
     warnings: list[str] = []
     from uqcompress.data.encoding import encode, make_loader
@@ -145,6 +149,8 @@ def _train_into(
             f"the model had placeholder labels; adopted {len(loaded.labels)} label names "
             f"from {train_data.spec}: {', '.join(loaded.labels)}"
         )
+    if transform is not None:
+        loaded = transform(loaded)
     encoded = encode(train_data, loaded, mapping.ids, cfg.max_length)
     if encoded.truncated:
         summary["truncated"] = encoded.truncated
@@ -165,7 +171,7 @@ def _train_into(
         loader,
         train_cfg,
         validate=validate,
-        description=f"finetune {loaded.family.name}",
+        description=f"{description} {loaded.family.name}",
     )
     trained: Any = loaded.model
     trained.to("cpu")

@@ -90,14 +90,24 @@ def model_summary(loaded: Any) -> dict[str, Any]:
         "heads": int(config.num_attention_heads),
         "hidden": int(config.hidden_size),
         "labels": list(loaded.labels),
-        **_hydra_summary(loaded),
+        **_ensemble_summary(loaded),
     }
 
 
-def _hydra_summary(loaded: Any) -> dict[str, Any]:
+def _ensemble_summary(loaded: Any) -> dict[str, Any]:
+    if getattr(loaded.config, "uqc_director", None) is not None:
+        return {"members": loaded.members, "method": "director", "samples": loaded.members}
     if loaded.members == 1:
         return {}
     spec = loaded.model.spec
+    if getattr(loaded.config, "uqc_sve", None) is not None:
+        return {
+            "members": loaded.members,
+            "method": "sve",
+            "sve_targets": len(spec.targets),
+            "sve_rank": "full" if spec.ranks == _full_ranks(loaded) else spec.ranks[0],
+            "sigma_init": spec.sigma_init,
+        }
     return {
         "members": loaded.members,
         "method": "hydra",
@@ -105,3 +115,11 @@ def _hydra_summary(loaded: Any) -> dict[str, Any]:
         "head_slots_per_layer": [spec.slots(layer) for layer in range(spec.layers)],
         "padding_ratio": round(spec.padding_ratio(), 4),
     }
+
+
+def _full_ranks(loaded: Any) -> list[int]:
+    inner = loaded.model.inner
+    return [
+        min(inner.get_submodule(n).in_features, inner.get_submodule(n).out_features)
+        for n in loaded.model.spec.targets
+    ]

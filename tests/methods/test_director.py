@@ -1,0 +1,165 @@
+"""DIRECTOR: the teacher's states, the Gaussian losses, seeded sampling and parameter counts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from uqcompress.errors import ConfigError
+from uqcompress.methods.director import (
+    DirectorModel,
+    DirectorSpec,
+    additive_mask,
+    build_student,
+    gaussian_kl,
+    gaussian_nll,
+    record_teacher_states,
+)
+from uqcompress.models.factory import create_model
+from uqcompress.models.loading import LoadedModel
+
+LABELS = ["a", "b", "c"]
+
+
+def _batch(loaded: LoadedModel) -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(3)
+    if loaded.input_kind == "image":
+        return {"pixel_values": torch.randn(4, 1, 8, 8, generator=generator)}
+    ids = torch.randint(5, 700, (4, 9), generator=generator)
+    mask = torch.ones_like(ids)
+    mask[1, 5:] = 0
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+
+
+def _teacher(family: str, preset: str = "tiny") -> LoadedModel:
+    loaded = create_model(family, LABELS, preset=preset)
+    loaded.model.eval()
+    return loaded
+
+
+@pytest.mark.parametrize("family", ["vit", "bert"])
+def test_recorded_states_are_the_attention_adds_and_the_head_gives_the_logits(
+    family: str,
+) -> None:
+    teacher = _teacher(family)
+    batch = _batch(teacher)
+    model: Any = teacher.model
+    recorded = record_teacher_states(model, family, 2, batch)
+    assert recorded.states.shape[0] == 3  # x_0, x_1, x_2
+    with torch.no_grad():
+        if family == "vit":
+            x0 = model.vit.embeddings(batch["pixel_values"])
+            layer = model.vit.layers[0]
+            x1 = x0 + layer.attention(layer.layernorm_before(x0))[0]  # pre-LN attention add
+        else:
+            x0 = model.bert.embeddings(
+                input_ids=batch["input_ids"], token_type_ids=batch["token_type_ids"]
+            )
+            mask = additive_mask(batch["attention_mask"], x0.dtype)
+            x1 = model.bert.encoder.layer[0].attention(x0, mask)[0]  # LN(x + attention)
+        student = build_student(teacher, None, 1, 1, 0)
+        logits = student.head(recorded.states[-1])
+    assert torch.allclose(recorded.states[0], x0, atol=1e-6)
+    assert torch.allclose(recorded.states[1], x1, atol=1e-5)
+    assert torch.allclose(logits, recorded.logits, atol=1e-5)
+    assert torch.allclose(recorded.logits, model(**batch).logits, atol=1e-6)
+
+
+@pytest.mark.parametrize("family", ["vit", "bert"])
+def test_replace_last_starts_from_the_last_kept_layer(family: str) -> None:
+    teacher = _teacher(family, "small")  # 4 layers
+    batch = _batch(teacher)
+    recorded = record_teacher_states(teacher.model, family, 2, batch)
+    student = build_student(teacher, 2, 1, 1, 0)
+    with torch.no_grad():
+        x0, _ = student.start_state(batch)
+    assert len(student.prefix) == 2 and recorded.states.shape[0] == 3
+    valid = batch.get("attention_mask", torch.ones(x0.shape[:2]))[:, :, None].bool()
+    assert torch.allclose(x0 * valid, recorded.states[0] * valid, atol=1e-5)
+
+
+def test_gaussian_kl_is_zero_for_identical_and_matches_torch_distributions() -> None:
+    generator = torch.Generator().manual_seed(0)
+    mean = torch.randn(50, generator=generator)
+    std = torch.rand(50, generator=generator) + 0.1
+    assert torch.allclose(gaussian_kl(mean, std, mean, std), torch.zeros(50), atol=1e-7)
+    other_mean = torch.randn(50, generator=generator)
+    other_std = torch.rand(50, generator=generator) + 0.1
+    want = torch.distributions.kl_divergence(
+        torch.distributions.Normal(mean, std), torch.distributions.Normal(other_mean, other_std)
+    )
+    assert torch.allclose(gaussian_kl(mean, std, other_mean, other_std), want, atol=1e-6)
+    # The NLL of a point is the KL against a point mass up to a constant: minimal at the mean.
+    assert gaussian_nll(mean, mean, std).sum() < gaussian_nll(mean, other_mean, std).sum()
+
+
+@pytest.mark.parametrize("family", ["vit", "bert"])
+def test_sampling_is_seeded_and_the_std_is_positive(family: str) -> None:
+    teacher = _teacher(family)
+    student = build_student(teacher, None, 1, 3, seed=0)
+    with torch.no_grad():  # give the std head some spread, so samples differ visibly
+        student.transition.std_head[1].bias.fill_(1.0)
+    batch = _batch(teacher)
+    with torch.no_grad():
+        first = student(**batch).member_logits
+        again = student(**batch).member_logits
+        other = build_student(teacher, None, 1, 3, seed=0)
+        other.load_state_dict(student.state_dict())
+        other.spec = DirectorSpec(replace_last=2, depth=1, samples=3, seed=1)
+        different = other(**batch).member_logits
+        x0, mask = student.start_state(batch)
+        _, std = student.transition(x0, 0, mask)
+    assert first.shape == (4, 3, 3)
+    assert torch.equal(first, again)
+    assert not torch.allclose(first, different)
+    assert not torch.allclose(first[:, 0], first[:, 1])  # samples differ from each other
+    assert bool((std > 0).all())
+
+
+def test_one_sample_with_zero_noise_is_the_deterministic_forward() -> None:
+    teacher = _teacher("vit")
+    student = build_student(teacher, None, 1, 1, seed=0)
+    batch = _batch(teacher)
+    with torch.no_grad():
+        x0, mask = student.start_state(batch)
+        deterministic = student.head(student.rollout(x0, mask, None))
+        zero = torch.zeros(student.noise_shape(4, x0.shape[1]))
+        sampled = student(noise=zero, **batch).member_logits[:, 0]
+    assert torch.allclose(sampled, deterministic, atol=1e-6)
+
+
+def _counts(family: str, preset: str) -> tuple[int, int]:
+    from uqcompress.models.families import family_by_name
+
+    fam = family_by_name(family)
+    config = fam.build_config(preset, {}, [str(i) for i in range(10)])
+    with torch.device("meta"):  # shapes only: no weights are allocated or initialised
+        teacher = fam.classifier_class()(config)
+        student = DirectorModel(
+            teacher, family, DirectorSpec(int(config.num_hidden_layers), 1, 10, 0)
+        )
+    return (
+        sum(p.numel() for p in teacher.parameters()),
+        sum(p.numel() for p in student.parameters()),
+    )
+
+
+@pytest.mark.parametrize(
+    ("family", "preset"), [("vit", "small"), ("vit", "base"), ("bert", "base")]
+)
+def test_the_student_is_smaller_than_its_teacher(family: str, preset: str) -> None:
+    teacher, student = _counts(family, preset)
+    assert student < teacher, (student, teacher)
+
+
+def test_bad_director_settings_are_refused() -> None:
+    teacher = _teacher("vit")
+    with pytest.raises(ConfigError, match=r"--replace-last 3 is outside 1\.\.2"):
+        build_student(teacher, 3, 1, 10, 0)
+    with pytest.raises(ConfigError, match="--samples 0"):
+        build_student(teacher, None, 1, 0, 0)
+    with pytest.raises(ConfigError, match="does not support the gpt2 family") as refused:
+        DirectorModel(teacher.model, "gpt2", DirectorSpec(2, 1, 1, 0))
+    assert "supported: bert, vit" in str(refused.value.hint)

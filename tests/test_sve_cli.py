@@ -1,0 +1,102 @@
+"""`uqc svd-ensemble` end to end: train, evaluate as an ensemble, export both forms, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from uqcompress.artifacts import open_artifact
+from uqcompress.export import contract
+
+
+def _ok(result) -> str:  # type: ignore[no-untyped-def]
+    assert result.code == 0, result.err
+    return str(result.out.strip())
+
+
+@pytest.fixture(scope="module")
+def vit_sve(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from uqcompress.steps import finetune, init, sve
+
+    root = tmp_path_factory.mktemp("sve")
+    base = init.run(
+        init.InitConfig(family="vit", labels=[str(d) for d in range(10)]), root / "init"
+    )
+    trained = finetune.run(
+        base.artifact.path,
+        finetune.FinetuneConfig(data="builtin:digits@val", epochs=2, lr=3e-3),
+        root / "trained",
+    )
+    return sve.run(
+        trained.artifact.path,
+        sve.SVEConfig(data="builtin:digits@val", val="builtin:digits@val", members=3, epochs=1),
+        root / "sve",
+    ).artifact.path
+
+
+def test_svd_ensemble_summary_reports_costs_and_curves(vit_sve: Path) -> None:
+    summary = open_artifact(vit_sve, expect_kind="model").manifest.summary
+    assert summary["members"] == 3 and summary["method"] == "sve"
+    assert summary["sve_targets"] == 12 and summary["sve_rank"] == "full"
+    assert 0 < summary["parameter_overhead"] < 1
+    assert summary["parameters_extra"] == 2 * summary["parameters_trainable"] // 3
+    assert summary["stored_ratio_to_base"] > 1  # full-rank U and V outweigh the dense weights
+    assert len(summary["loss_curve"]) == 1 and len(summary["val_acc_curve"]) == 1
+
+
+def test_svd_ensemble_evaluates_and_exports_in_both_forms(cli, vit_sve: Path) -> None:  # type: ignore[no-untyped-def]
+    metrics = json.loads(_ok(cli("eval", str(vit_sve), "--data", "builtin:digits@test", "--json")))
+    assert metrics["summary"]["members"] == 3 and "disagreement" in metrics["summary"]
+    sizes = {}
+    for flags in ((), ("--materialize",)):
+        exported = Path(_ok(cli("export", str(vit_sve), "--data", "builtin:digits@test", *flags)))
+        summary = open_artifact(exported, expect_kind="onnx").manifest.summary
+        assert summary["members"] == 3
+        assert summary["sve_form"] == ("materialized" if flags else "factorised")
+        parity = json.loads((exported / "parity.json").read_text())
+        assert parity["passed"]
+        model = onnx.load(str(exported / contract.ONNX_FILE))
+        meta = {p.key: p.value for p in model.metadata_props}
+        assert meta[contract.META_MEMBERS] == "3"
+        sizes[summary["sve_form"]] = sum(int(np.prod(i.dims)) for i in model.graph.initializer)
+    assert sizes["factorised"] < sizes["materialized"]  # M dense copies vs U, V once
+
+
+def _refused(result, *words: str) -> None:  # type: ignore[no-untyped-def]
+    assert result.code == 1, result.err
+    assert result.out == ""
+    line = result.err.strip()
+    assert len(line.splitlines()) == 1 and "Traceback" not in line
+    for word in words:
+        assert word in line
+
+
+def test_svd_ensemble_bad_inputs(
+    cli, tiny_vit_artifact: Path, tmp_path: Path, vit_sve: Path
+) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "sve"
+    base = [
+        "svd-ensemble",
+        str(tiny_vit_artifact),
+        "--data",
+        "builtin:digits@val",
+        "--out",
+        str(out),
+    ]
+    _refused(cli(*base, "--members", "0"), "--members 0")
+    _refused(cli(*base, "--sigma-init", "-0.1"), "--sigma-init")
+    _refused(cli(*base, "--targets", "nothing_here"), "matches no linear layer", "q_proj")
+    _refused(cli(*base, "--rank", "999"), "--rank 999", "larger than")
+    _refused(cli(*base, "--rank", "half"), "--rank")
+    _refused(
+        cli("svd-ensemble", str(vit_sve), "--data", "builtin:digits@val", "--out", str(out)),
+        "Singular Value Ensemble",
+    )
+    _refused(
+        cli("export", str(tiny_vit_artifact), "--materialize", "--out", str(out)), "Singular Value"
+    )
+    assert not out.exists()

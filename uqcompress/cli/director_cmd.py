@@ -1,0 +1,110 @@
+"""`uqc distill-director`: a sampling DiT transition distilled from a classifier's blocks."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from uqcompress.cli.options import (
+    BatchSize,
+    Device,
+    Force,
+    Json,
+    LabelColumn,
+    MaxLength,
+    Out,
+    Seed,
+    TextColumn,
+    Threads,
+    resolve_input,
+    setup_compute,
+)
+
+
+def distill_director(
+    model: Annotated[
+        str, typer.Argument(help="The teacher: a fine-tuned model artifact or transformers dir.")
+    ],
+    data: Annotated[
+        str, typer.Option("--data", help="Training data: builtin:NAME\\[@split] or FILE.csv.")
+    ],
+    val: Annotated[
+        str | None,
+        typer.Option(
+            "--val", help="Validation data (accuracy, ECE per epoch).", show_default=False
+        ),
+    ] = None,
+    depth: Annotated[int, typer.Option("--depth", help="DiT blocks in the shared transition.")] = 1,
+    samples: Annotated[
+        int, typer.Option("--samples", help="Roll-outs S averaged at inference (stored).")
+    ] = 10,
+    replace_last: Annotated[
+        int | None,
+        typer.Option(
+            "--replace-last",
+            help="Replace only the last K blocks (the first L-K stay); default: all.",
+            show_default=False,
+        ),
+    ] = None,
+    loss: Annotated[
+        str,
+        typer.Option(
+            "--loss",
+            help="Per-step distillation: kl (Gaussian KL; the NLL of the teacher's state when "
+            "the teacher is deterministic), nll, or mse (the research code's).",
+        ),
+    ] = "kl",
+    lambda_mean: Annotated[float, typer.Option("--lambda-mean", help="Weight of L1.")] = 1.0,
+    lambda_std: Annotated[
+        float, typer.Option("--lambda-std", help="Weight of the std term (--loss mse).")
+    ] = 0.1,
+    lambda_ce: Annotated[
+        float, typer.Option("--lambda-ce", help="Weight of the sampled roll-out's CE (L2).")
+    ] = 1.0,
+    freeze_head: Annotated[
+        bool,
+        typer.Option("--freeze-head", help="Keep the teacher's last MLP, norm and classifier."),
+    ] = False,
+    epochs: Annotated[int, typer.Option("--epochs", help="Passes over the data.")] = 10,
+    lr: Annotated[float, typer.Option("--lr", help="Peak AdamW learning rate.")] = 1e-3,
+    batch_size: BatchSize = 32,
+    seed: Seed = 0,
+    max_length: MaxLength = None,
+    text_column: TextColumn = "text",
+    label_column: LabelColumn = "label",
+    device: Device = "auto",
+    threads: Threads = None,
+    out: Out = None,
+    force: Force = False,
+    json_out: Json = False,
+) -> None:
+    """Distil the teacher's blocks into one time-conditioned DiT transition that samples:
+    S roll-outs per input, averaged, for calibrated uncertainty."""
+    from uqcompress.cli.output import emit
+    from uqcompress.steps import director as step
+
+    model_path = resolve_input(model)
+    resolved_device, resolved_threads = setup_compute(device, threads)
+    cfg = step.DirectorConfig(
+        data=data,
+        val=val,
+        depth=depth,
+        samples=samples,
+        replace_last=replace_last,
+        loss=loss,
+        lambda_mean=lambda_mean,
+        lambda_std=lambda_std,
+        lambda_ce=lambda_ce,
+        train_head=not freeze_head,
+        epochs=epochs,
+        lr=lr,
+        batch_size=batch_size,
+        seed=seed,
+        max_length=max_length,
+        text_column=text_column,
+        label_column=label_column,
+        device=resolved_device,
+        threads=resolved_threads,
+    )
+    emit(step.run(model_path, cfg, out, force), json_out)

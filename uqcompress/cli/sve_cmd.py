@@ -1,0 +1,100 @@
+"""`uqc svd-ensemble`: Singular Value Ensembles (shared singular vectors, per-member values)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from uqcompress.cli.options import (
+    BatchSize,
+    Device,
+    Force,
+    Json,
+    LabelColumn,
+    MaxLength,
+    Out,
+    Seed,
+    TextColumn,
+    Threads,
+    resolve_input,
+    setup_compute,
+)
+
+
+def svd_ensemble(
+    model: Annotated[
+        str, typer.Argument(help="A fine-tuned model artifact or transformers dir ('-': stdin).")
+    ],
+    data: Annotated[
+        str, typer.Option("--data", help="Training data: builtin:NAME\\[@split] or FILE.csv.")
+    ],
+    val: Annotated[
+        str | None,
+        typer.Option(
+            "--val", help="Validation data, scored after every epoch.", show_default=False
+        ),
+    ] = None,
+    members: Annotated[int, typer.Option("--members", help="Ensemble members M.")] = 4,
+    sigma_init: Annotated[
+        float,
+        typer.Option(
+            "--sigma-init", help="Relative noise on each member's initial singular values."
+        ),
+    ] = 0.01,
+    targets: Annotated[
+        str,
+        typer.Option(
+            "--targets",
+            help="Linears to decompose: default (attention Q/K/V/O and both MLP "
+            "projections), attention, or comma-separated regular expressions over module names.",
+        ),
+    ] = "default",
+    rank: Annotated[
+        str, typer.Option("--rank", help="full, or N: keep the top N singular directions.")
+    ] = "full",
+    epochs: Annotated[int, typer.Option("--epochs", help="Passes over the data.")] = 3,
+    lr: Annotated[
+        float, typer.Option("--lr", help="Peak AdamW learning rate (singular values, heads).")
+    ] = 1e-3,
+    batch_size: BatchSize = 32,
+    seed: Seed = 0,
+    max_length: MaxLength = None,
+    text_column: TextColumn = "text",
+    label_column: LabelColumn = "label",
+    precision: Annotated[
+        str, typer.Option("--precision", help="fp32, or bf16 mixed precision (GPUs).")
+    ] = "fp32",
+    device: Device = "auto",
+    threads: Threads = None,
+    out: Out = None,
+    force: Force = False,
+    json_out: Json = False,
+) -> None:
+    """Build and train a Singular Value Ensemble: each target W = U S V^T keeps U, V frozen;
+    every member learns its own singular values, biases and head (mean of member
+    cross-entropies, every member sees every batch)."""
+    from uqcompress.cli.output import emit
+    from uqcompress.steps import sve as step
+
+    model_path = resolve_input(model)
+    resolved_device, resolved_threads = setup_compute(device, threads)
+    cfg = step.SVEConfig(
+        data=data,
+        val=val,
+        members=members,
+        sigma_init=sigma_init,
+        targets=targets,
+        rank=rank,
+        epochs=epochs,
+        lr=lr,
+        batch_size=batch_size,
+        seed=seed,
+        max_length=max_length,
+        text_column=text_column,
+        label_column=label_column,
+        precision=precision,
+        device=resolved_device,
+        threads=resolved_threads,
+    )
+    emit(step.run(model_path, cfg, out, force), json_out)

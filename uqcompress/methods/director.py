@@ -1,0 +1,518 @@
+"""DIRECTOR (ALGORITHMS.md section 4): the teacher's block stack as a reverse diffusion
+process, distilled into one small time-conditioned transition block that samples.
+
+Re-partitioning: state x_l is the residual stream right after layer l's attention residual
+add (ViT: the input of `layernorm_after`; BERT, post-LN: the attention sublayer's output, the
+input of `intermediate`); x_0 is the input of the first replaced layer (the embedding output,
+or the output of the last kept layer with `replace_last`). Transition 1 is attention of the
+first replaced layer; transition l > 1 is the MLP of layer l-1, then attention of layer l.
+The head is the last layer's MLP, the final norm (ViT) or pooler (BERT), and the classifier.
+
+The student keeps the teacher's embeddings, kept prefix layers and head, and replaces the K
+transitions by one shared DiT block stack (adaLN-Zero conditioned on a timestep embedding of
+the step index) with a residual mean head and a positive std head. One step:
+x_l = mu_theta(x_{l-1}, t) + s_theta(x_{l-1}, t) * xi, xi ~ N(0, I).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from uqcompress.errors import ConfigError
+from uqcompress.models.outputs import MemberOutput
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from uqcompress.models.loading import LoadedModel
+
+DIRECTOR_KEY = "uqc_director"  # config field holding the DirectorSpec as a dict
+SUPPORTED_FAMILIES = ("bert", "vit")
+STD_FLOOR = 1e-4  # ALGORITHMS.md 4.3 (1): softplus + floor keeps the std strictly positive
+LOSSES = ("kl", "nll", "mse")
+
+
+@dataclass(frozen=True)
+class DirectorSpec:
+    """The student's layout, stored in its config."""
+
+    replace_last: int  # K: transitions the student replaces (the first L - K layers stay)
+    depth: int  # DiT blocks in the shared transition
+    samples: int  # S: roll-outs averaged at inference
+    seed: int  # of the inference noise when none is given
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "members": self.samples,  # what eval and export count as M
+            "replace_last": self.replace_last,
+            "depth": self.depth,
+            "samples": self.samples,
+            "seed": self.seed,
+        }
+
+    @classmethod
+    def from_config(cls, config: Any) -> DirectorSpec:
+        raw = getattr(config, DIRECTOR_KEY)
+        return cls(
+            replace_last=int(raw["replace_last"]),
+            depth=int(raw["depth"]),
+            samples=int(raw["samples"]),
+            seed=int(raw["seed"]),
+        )
+
+
+def is_director_config(config: Any) -> bool:
+    return getattr(config, DIRECTOR_KEY, None) is not None
+
+
+# --- the teacher, re-partitioned -----------------------------------------------------------
+
+
+def _layers(model: Any, family: str) -> Any:
+    return model.bert.encoder.layer if family == "bert" else model.vit.layers
+
+
+def _embeddings(model: Any, family: str) -> nn.Module:
+    return model.bert.embeddings if family == "bert" else model.vit.embeddings
+
+
+def _state_module(layer: Any, family: str) -> nn.Module:
+    """The module whose INPUT is the stream right after the layer's attention add."""
+    return layer.intermediate if family == "bert" else layer.layernorm_after
+
+
+def additive_mask(attention_mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    """Shape: `[B, T]` 1/0 mask -> additive `[B, 1, 1, T]` (0 where attended)."""
+    if attention_mask is None:
+        return None
+    keep = attention_mask[:, None, None, :].to(dtype)
+    return (1.0 - keep) * torch.finfo(dtype).min
+
+
+@dataclass(frozen=True)
+class TeacherStates:
+    """Shape: states `[K + 1, B, T, d]` (x_0 .. x_K), logits `[B, C]`, mask `[B, T]` or None."""
+
+    states: torch.Tensor
+    logits: torch.Tensor
+    mask: torch.Tensor | None
+
+
+@torch.no_grad()
+def record_teacher_states(
+    teacher: nn.Module, family: str, replace_last: int, inputs: dict[str, Any]
+) -> TeacherStates:
+    """Run the frozen teacher once, recording x_0 .. x_K (teacher forcing needs all of them)."""
+    layers = _layers(teacher, family)
+    first = len(layers) - replace_last
+    captured: list[torch.Tensor] = []
+    handles = []
+
+    def keep_input(_module: nn.Module, args: tuple[Any, ...]) -> None:
+        captured.append(args[0].detach())
+
+    def keep_output(_module: nn.Module, _args: Any, output: Any) -> None:
+        captured.append((output[0] if isinstance(output, tuple) else output).detach())
+
+    if first == 0:
+        handles.append(_embeddings(teacher, family).register_forward_hook(keep_output))
+    else:
+        handles.append(layers[first - 1].register_forward_hook(keep_output))
+    for layer in list(layers)[first:]:
+        handles.append(_state_module(layer, family).register_forward_pre_hook(keep_input))
+    try:
+        logits = teacher(**inputs).logits
+    finally:
+        for handle in handles:
+            handle.remove()
+    return TeacherStates(
+        states=torch.stack(captured), logits=logits, mask=inputs.get("attention_mask")
+    )
+
+
+# --- the student's transition --------------------------------------------------------------
+
+
+class TimestepEmbedder(nn.Module):
+    """DiT's timestep embedding: sinusoidal features, then a 2-layer MLP.
+
+    Shape: t `[N]` (integers) -> `[N, hidden]`.
+    """
+
+    def __init__(self, hidden: int, frequencies: int = 256) -> None:
+        super().__init__()
+        self.frequencies = frequencies
+        self.mlp = nn.Sequential(
+            nn.Linear(frequencies, hidden), nn.SiLU(), nn.Linear(hidden, hidden)
+        )
+
+    def forward(self, t: torch.Tensor) -> torch.Tensor:
+        half = self.frequencies // 2
+        exponents = torch.arange(half, dtype=torch.float32, device=t.device) / half
+        freqs = torch.exp(-math.log(10000.0) * exponents)
+        angles = t.float()[:, None] * freqs[None]
+        features = torch.cat([torch.cos(angles), torch.sin(angles)], dim=-1)
+        first: Any = self.mlp[0]
+        return self.mlp(features.to(first.weight.dtype))
+
+
+class DiTBlock(nn.Module):
+    """A DiT block with adaLN-Zero: LayerNorms without affine, shift/scale/gate from the
+    condition, the modulation initialised to zero so the block starts as the identity.
+
+    Shape: x `[B, T, d]`, condition `[B, d]`, additive mask `[B, 1, 1, T]` or None -> x.
+    """
+
+    def __init__(self, hidden: int, heads: int, mlp_ratio: float = 4.0) -> None:
+        super().__init__()
+        self.heads = heads
+        self.norm1 = nn.LayerNorm(hidden, elementwise_affine=False, eps=1e-6)
+        self.qkv = nn.Linear(hidden, 3 * hidden)
+        self.proj = nn.Linear(hidden, hidden)
+        self.norm2 = nn.LayerNorm(hidden, elementwise_affine=False, eps=1e-6)
+        inner = int(hidden * mlp_ratio)
+        self.mlp = nn.Sequential(
+            nn.Linear(hidden, inner), nn.GELU(approximate="tanh"), nn.Linear(inner, hidden)
+        )
+        modulation = nn.Linear(hidden, 6 * hidden)
+        nn.init.zeros_(modulation.weight)  # adaLN-Zero: every block starts as the identity
+        nn.init.zeros_(modulation.bias)
+        self.modulation = nn.Sequential(nn.SiLU(), modulation)
+
+    def forward(
+        self, x: torch.Tensor, condition: torch.Tensor, mask: torch.Tensor | None
+    ) -> torch.Tensor:
+        shift1, scale1, gate1, shift2, scale2, gate2 = self.modulation(condition)[:, None, :].chunk(
+            6, dim=-1
+        )
+        h = self.norm1(x) * (1 + scale1) + shift1
+        batch, length, hidden = h.shape
+        qkv = self.qkv(h).reshape(batch, length, 3, self.heads, hidden // self.heads)
+        query, key, value = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+        attended = F.scaled_dot_product_attention(query, key, value, attn_mask=mask)
+        x = x + gate1 * self.proj(attended.transpose(1, 2).reshape(batch, length, hidden))
+        h = self.norm2(x) * (1 + scale2) + shift2
+        return x + gate2 * self.mlp(h)
+
+
+class Transition(nn.Module):
+    """The shared time-conditioned transition: DiT blocks, a residual mean head and a
+    positive std head (each LayerNorm -> Linear -> activation, as in the DIRECTOR code).
+
+    Shape: x `[B, T, d]`, step `int`, mask -> mean, std `[B, T, d]`.
+    """
+
+    def __init__(self, hidden: int, heads: int, depth: int) -> None:
+        super().__init__()
+        self.time = TimestepEmbedder(hidden)
+        self.blocks = nn.ModuleList(DiTBlock(hidden, heads) for _ in range(depth))
+        self.mean_head = nn.Sequential(nn.LayerNorm(hidden), nn.Linear(hidden, hidden), nn.GELU())
+        self.std_head = nn.Sequential(nn.LayerNorm(hidden), nn.Linear(hidden, hidden))
+
+    def forward(
+        self, x: torch.Tensor, step: int, mask: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        t = torch.full((x.shape[0],), step, dtype=torch.long, device=x.device)
+        condition = self.time(t)
+        h = x
+        for block in self.blocks:
+            h = block(h, condition, mask)
+        mean = h + self.mean_head(h)
+        std = F.softplus(self.std_head(h)) + STD_FLOOR
+        return mean, std
+
+
+# --- the student ---------------------------------------------------------------------------
+
+
+class DirectorModel(nn.Module):
+    """Teacher embeddings (+ kept prefix layers) -> K sampled transitions -> teacher head.
+
+    Call it like the teacher; it returns `MemberOutput` with S sampled roll-outs. `noise`
+    `[B, S, K, T, d]` makes the draws explicit (ONNX Runtime's random numbers are not
+    torch's); without it, noise comes from a generator seeded with the spec's seed.
+
+    Shape: inputs `[B, ...]` -> member_logits `[B, S, C]`.
+    """
+
+    def __init__(self, teacher: nn.Module, family: str, spec: DirectorSpec) -> None:
+        super().__init__()
+        if family not in SUPPORTED_FAMILIES:
+            raise ConfigError(
+                f"DIRECTOR does not support the {family} family",
+                hint=f"supported: {', '.join(SUPPORTED_FAMILIES)}",
+            )
+        config: Any = getattr(teacher, "config", None)
+        root: Any = teacher  # transformers modules are untyped attribute trees
+        self.config = config
+        self.family, self.spec = family, spec
+        layers = _layers(teacher, family)
+        first = len(layers) - spec.replace_last
+        self.embeddings = copy.deepcopy(_embeddings(teacher, family))
+        self.prefix = nn.ModuleList(copy.deepcopy(layer) for layer in list(layers)[:first])
+        last = layers[len(layers) - 1]
+        hidden = int(config.hidden_size)
+        self.transition = Transition(hidden, int(config.num_attention_heads), spec.depth)
+        if family == "bert":
+            self.last_intermediate = copy.deepcopy(last.intermediate)
+            self.last_output = copy.deepcopy(last.output)
+            self.pooler = copy.deepcopy(root.bert.pooler)
+            self.head_dropout = copy.deepcopy(root.dropout)
+        else:
+            self.last_norm = copy.deepcopy(last.layernorm_after)
+            self.last_mlp = copy.deepcopy(last.mlp)
+            self.final_norm = copy.deepcopy(root.vit.layernorm)
+        self.classifier = copy.deepcopy(root.classifier)
+
+    @property
+    def members(self) -> int:
+        return self.spec.samples
+
+    @property
+    def steps(self) -> int:
+        return self.spec.replace_last
+
+    def image_tokens(self) -> int | None:
+        """Tokens of an image model (patches + CLS); None for text (it varies)."""
+        if self.family != "vit":
+            return None
+        per_side = int(self.config.image_size) // int(self.config.patch_size)
+        return per_side * per_side + 1
+
+    def noise_shape(self, batch: int, tokens: int) -> tuple[int, int, int, int, int]:
+        """Shape of the `noise` input: `[B, S, K, T, d]`."""
+        hidden = int(self.config.hidden_size)
+        return (batch, self.spec.samples, self.steps, tokens, hidden)
+
+    def start_state(self, inputs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x_0 and the additive attention mask. Shape: `[B, T, d]`, `[B, 1, 1, T]` or None."""
+        if self.family == "bert":
+            ids = inputs["input_ids"]
+            types = inputs.get("token_type_ids")
+            x = self.embeddings(
+                input_ids=ids, token_type_ids=types if types is not None else torch.zeros_like(ids)
+            )
+            mask = additive_mask(inputs.get("attention_mask"), x.dtype)
+        else:
+            pixels = inputs["pixel_values"]
+            embeddings: Any = self.embeddings
+            x = embeddings(pixels.to(embeddings.patch_embeddings.projection.weight.dtype))
+            mask = None
+        for layer in self.prefix:
+            out = layer(x, attention_mask=mask)
+            x = out[0] if isinstance(out, tuple) else out
+        return x, mask
+
+    def head(self, x: torch.Tensor) -> torch.Tensor:
+        """The teacher's last MLP, final norm / pooler and classifier. Shape: `[B, T, d]` ->
+        `[B, C]`."""
+        parts: Any = self  # the head modules differ per family
+        if self.family == "bert":
+            out = parts.last_output(parts.last_intermediate(x), x)
+            return parts.classifier(parts.head_dropout(parts.pooler(out)))
+        h = x + parts.last_mlp(parts.last_norm(x))
+        return parts.classifier(parts.final_norm(h[:, 0]))
+
+    def rollout(
+        self, x: torch.Tensor, mask: torch.Tensor | None, noise: torch.Tensor | None
+    ) -> torch.Tensor:
+        """K sampled steps from x_0. Shape: x `[N, T, d]`, noise `[K, N, T, d]` or None (the
+        means only) -> x_K `[N, T, d]`."""
+        for step in range(self.steps):
+            mean, std = self.transition(x, step, mask)
+            x = mean if noise is None else mean + std * noise[step]
+        return x
+
+    def forward(self, noise: torch.Tensor | None = None, **inputs: Any) -> MemberOutput:
+        inputs = {k: v for k, v in inputs.items() if k != "labels"}
+        x0, mask = self.start_state(inputs)
+        batch, length, hidden = x0.shape
+        samples = self.spec.samples
+        if noise is None:
+            generator = torch.Generator(device=x0.device).manual_seed(self.spec.seed)
+            noise = torch.randn(
+                batch, samples, self.steps, length, hidden, generator=generator, device=x0.device
+            ).to(x0.dtype)
+        # Samples folded into the batch, sample-major: [S*B, T, d].
+        x = x0.repeat(samples, 1, 1)
+        folded_mask = mask.repeat(samples, 1, 1, 1) if mask is not None else None
+        steps_noise = noise.permute(2, 1, 0, 3, 4).reshape(
+            self.steps, samples * batch, length, hidden
+        )
+        logits = self.head(self.rollout(x, folded_mask, steps_noise))  # [S*B, C]
+        return MemberOutput(member_logits=logits.reshape(samples, batch, -1).transpose(0, 1))
+
+
+def student_trainable(model: DirectorModel, train_head: bool) -> None:
+    """The transition always trains; the embeddings and kept prefix never; the head by flag."""
+    for param in model.parameters():
+        param.requires_grad_(False)
+    for param in model.transition.parameters():
+        param.requires_grad_(True)
+    if train_head:
+        head_modules = [
+            m
+            for name, m in model.named_children()
+            if name not in ("embeddings", "prefix", "transition")
+        ]
+        for module in head_modules:
+            for param in module.parameters():
+                param.requires_grad_(True)
+
+
+# --- losses --------------------------------------------------------------------------------
+
+
+def gaussian_kl(
+    mean_p: torch.Tensor, std_p: torch.Tensor, mean_q: torch.Tensor, std_q: torch.Tensor
+) -> torch.Tensor:
+    """KL(N(mean_p, std_p^2) || N(mean_q, std_q^2)) per element (diagonal Gaussians).
+
+    Shape: any broadcastable shapes -> elementwise KL.
+    """
+    return (
+        torch.log(std_q / std_p)
+        + (std_p.pow(2) + (mean_p - mean_q).pow(2)) / (2 * std_q.pow(2))
+        - 0.5
+    )
+
+
+def gaussian_nll(target: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """Negative log-density of `target` under N(mean, std^2) per element, constant dropped:
+    the KL against a point-mass teacher (a deterministic layer). Shape: elementwise."""
+    return torch.log(std) + (target - mean).pow(2) / (2 * std.pow(2))
+
+
+@dataclass(frozen=True)
+class LossWeights:
+    loss: str = "kl"  # kl (NLL for deterministic teachers) | nll | mse
+    mean: float = 1.0
+    std: float = 0.1
+    ce: float = 1.0
+
+
+def _masked_mean(values: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Mean over valid tokens. Shape: values `[B, T, d]`, mask `[B, T]` or None -> scalar."""
+    if mask is None:
+        return values.mean()
+    weights = mask[:, :, None].to(values.dtype)
+    return (values * weights).sum() / (weights.sum() * values.shape[-1])
+
+
+def distillation_loss(
+    model: DirectorModel,
+    teacher: TeacherStates,
+    weights: LossWeights,
+    teacher_std: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """L1 averaged over the K steps (teacher forcing), and its per-step values `[K]`.
+
+    kl: closed-form KL(teacher || student) when the teacher has a std; plain BERT/ViT layers
+    are deterministic, so kl falls back to the Gaussian NLL of the teacher's state. mse: the
+    research code's lambda_mean MSE(mean) + lambda_std MSE(std, teacher std).
+    """
+    mask = teacher.mask
+    additive = additive_mask(mask, teacher.states.dtype)
+    per_step = []
+    for step in range(model.steps):
+        source, target = teacher.states[step], teacher.states[step + 1]
+        mean, std = model.transition(source, step, additive)
+        reference_std = teacher_std[step] if teacher_std is not None else torch.zeros_like(std)
+        if weights.loss == "mse":
+            value = weights.mean * _masked_mean((mean - target).pow(2), mask)
+            value = value + weights.std * _masked_mean((std - reference_std).pow(2), mask)
+        elif weights.loss == "kl" and teacher_std is not None:
+            value = weights.mean * _masked_mean(gaussian_kl(target, reference_std, mean, std), mask)
+        else:
+            value = weights.mean * _masked_mean(gaussian_nll(target, mean, std), mask)
+        per_step.append(value)
+    values = torch.stack(per_step)
+    return values.mean(), values.detach()
+
+
+def sampled_ce(
+    model: DirectorModel, inputs: dict[str, Any], labels: torch.Tensor, generator_seed: int
+) -> torch.Tensor:
+    """L2: cross-entropy of one sampled roll-out from x_0 (reparameterised)."""
+    x0, mask = model.start_state(inputs)
+    generator = torch.Generator(device=x0.device).manual_seed(generator_seed)
+    noise = torch.randn(model.steps, *x0.shape, generator=generator, device=x0.device).to(x0.dtype)
+    return F.cross_entropy(model.head(model.rollout(x0, mask, noise)), labels)
+
+
+@contextmanager
+def no_dropout(module: nn.Module) -> Iterator[None]:
+    """Eval mode inside (the frozen teacher's states must not be noisy)."""
+    was_training = module.training
+    module.eval()
+    try:
+        yield
+    finally:
+        module.train(was_training)
+
+
+def parameter_counts(teacher: nn.Module, student: DirectorModel) -> dict[str, int]:
+    """Teacher vs student parameters (the student includes the embeddings and head it keeps)."""
+    return {
+        "teacher": sum(p.numel() for p in teacher.parameters()),
+        "student": sum(p.numel() for p in student.parameters()),
+        "transition": sum(p.numel() for p in student.transition.parameters()),
+    }
+
+
+def director_skeleton(config: Any, family: Any) -> DirectorModel:
+    """A student with the shapes its config records (weights to be loaded)."""
+    from uqcompress.models.loading import LoadedModel, labels_of
+    from uqcompress.models.surgery import KEPT_HEADS_KEY, shape_to_kept_heads
+
+    spec = DirectorSpec.from_config(config)
+    with torch.random.fork_rng(devices=[]):
+        teacher: Any = family.classifier_class()(config)
+        kept = getattr(config, KEPT_HEADS_KEY, None)
+        if kept is not None:  # the teacher was head-pruned
+            base = LoadedModel(
+                model=teacher, family=family, config=config, labels=labels_of(config)
+            )
+            shape_to_kept_heads(base, [list(map(int, layer)) for layer in kept])
+        student = DirectorModel(teacher, family.name, spec)
+    student.config = config
+    return student
+
+
+def with_samples(model: DirectorModel, samples: int) -> None:
+    """Change S for inference (`eval --samples`)."""
+    from dataclasses import replace
+
+    if samples < 1:
+        raise ConfigError(f"--samples {samples} must be at least 1", hint="pass --samples 10")
+    model.spec = replace(model.spec, samples=samples)
+
+
+def build_student(
+    loaded: LoadedModel, replace_last: int | None, depth: int, samples: int, seed: int
+) -> DirectorModel:
+    """A student for `loaded` (the teacher is copied, never changed)."""
+    layers = int(loaded.config.num_hidden_layers)
+    k = layers if replace_last is None else replace_last
+    if not 1 <= k <= layers:
+        raise ConfigError(
+            f"--replace-last {k} is outside 1..{layers} (the teacher's depth)",
+            hint=f"pass --replace-last {layers} (every layer) or fewer",
+        )
+    if depth < 1:
+        raise ConfigError(f"--depth {depth} must be at least 1", hint="pass --depth 1")
+    if samples < 1:
+        raise ConfigError(f"--samples {samples} must be at least 1", hint="pass --samples 10")
+    spec = DirectorSpec(replace_last=k, depth=depth, samples=samples, seed=seed)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        student = DirectorModel(loaded.model, loaded.family.name, spec)
+    return student

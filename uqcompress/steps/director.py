@@ -1,0 +1,249 @@
+"""`uqc distill-director`: distil a classifier's blocks into one sampling DiT transition."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from uqcompress.artifacts import ArtifactWriter, OutputPlan
+from uqcompress.errors import ConfigError
+from uqcompress.steps.common import StepResult, build_or_reuse
+
+RUNTIME_KEYS = ("device", "threads", "data", "val", "text_column", "label_column")
+
+
+@dataclass(frozen=True)
+class DirectorConfig:
+    data: str
+    val: str | None = None
+    depth: int = 1
+    samples: int = 10
+    replace_last: int | None = None  # None: every layer
+    loss: str = "kl"
+    lambda_mean: float = 1.0
+    lambda_std: float = 0.1
+    lambda_ce: float = 1.0
+    train_head: bool = True
+    epochs: int = 10
+    lr: float = 1e-3
+    batch_size: int = 32
+    seed: int = 0
+    max_length: int | None = None
+    text_column: str = "text"
+    label_column: str = "label"
+    device: str = "cpu"
+    threads: int = 1
+
+    def validate(self) -> None:
+        from uqcompress.methods.director import LOSSES
+
+        if self.samples < 1:
+            raise ConfigError(
+                f"--samples {self.samples} must be at least 1", hint="pass --samples 10"
+            )
+        if self.depth < 1:
+            raise ConfigError(f"--depth {self.depth} must be at least 1", hint="pass --depth 1")
+        if self.replace_last is not None and self.replace_last < 1:
+            raise ConfigError(
+                f"--replace-last {self.replace_last} must be at least 1",
+                hint="drop --replace-last to replace every layer",
+            )
+        if self.loss not in LOSSES:
+            raise ConfigError(
+                f"unknown --loss {self.loss!r}", hint=f"use one of: {', '.join(LOSSES)}"
+            )
+        for name in ("lambda_mean", "lambda_std", "lambda_ce"):
+            if getattr(self, name) < 0:
+                flag = "--" + name.replace("_", "-")
+                raise ConfigError(
+                    f"{flag} {getattr(self, name)} must be 0 or more", hint=f"pass {flag} 1"
+                )
+
+
+def run(
+    model_path: Path, cfg: DirectorConfig, out: Path | None = None, force: bool = False
+) -> StepResult:
+    from uqcompress.data import load_data
+    from uqcompress.models.loading import refuse_fused, resolve_model_source
+    from uqcompress.train import TrainConfig
+
+    cfg.validate()
+    train_cfg = TrainConfig(
+        epochs=cfg.epochs, lr=cfg.lr, batch_size=cfg.batch_size, seed=cfg.seed, device=cfg.device
+    )
+    train_cfg.validate()
+    source = resolve_model_source(model_path)
+    refuse_fused(source, "distill-director")
+    train_data = load_data(cfg.data, cfg.text_column, cfg.label_column)
+    val_data = load_data(cfg.val, cfg.text_column, cfg.label_column) if cfg.val else None
+    config = asdict(cfg)
+    entries = [train_data.manifest_entry("train")]
+    if val_data is not None:
+        entries.append(val_data.manifest_entry("val"))
+    plan = OutputPlan(
+        kind="model",
+        step="distill-director",
+        config=config,
+        id_config={k: v for k, v in config.items() if k not in RUNTIME_KEYS},
+        inputs=[source.ref],
+        data=entries,
+        device=cfg.device,
+    )
+
+    def build(writer: ArtifactWriter) -> None:
+        from uqcompress.models.loading import load_model
+
+        teacher = load_model(source)
+        writer.summary.update(_distill(teacher, cfg, train_cfg, train_data, val_data, writer))
+
+    return build_or_reuse(plan, out, force, build)
+
+
+def _distill(
+    teacher: Any, cfg: DirectorConfig, train_cfg: Any, train_data: Any, val_data: Any, writer: Any
+) -> dict[str, Any]:
+    import copy
+
+    import torch
+    from torch import nn
+
+    from uqcompress.data.encoding import check_input_kind, encode, make_loader
+    from uqcompress.data.labels import map_labels
+    from uqcompress.inference import predict_logits
+    from uqcompress.methods.director import (
+        DIRECTOR_KEY,
+        LossWeights,
+        build_student,
+        distillation_loss,
+        no_dropout,
+        parameter_counts,
+        record_teacher_states,
+        sampled_ce,
+        student_trainable,
+    )
+    from uqcompress.models.loading import LoadedModel, save_model
+    from uqcompress.steps.init import model_summary
+    from uqcompress.train import train
+    from uqcompress.uq.metrics import accuracy, ece, softmax
+
+    for each in [train_data] + ([val_data] if val_data is not None else []):
+        check_input_kind(each, teacher.input_kind, teacher.family.name)
+    student = build_student(teacher, cfg.replace_last, cfg.depth, cfg.samples, cfg.seed)
+    student_trainable(student, cfg.train_head)
+    config = copy.deepcopy(teacher.config)
+    setattr(config, DIRECTOR_KEY, student.spec.to_dict())
+    student.config = config
+    ids = map_labels(train_data, teacher.labels, placeholder=False).ids
+    encoded = encode(train_data, teacher, ids, cfg.max_length)
+    loader = make_loader(encoded, cfg.batch_size, shuffle=True, seed=cfg.seed)
+    weights = LossWeights(cfg.loss, cfg.lambda_mean, cfg.lambda_std, cfg.lambda_ce)
+    family = teacher.family.name
+    frozen_teacher = teacher.model
+    for param in frozen_teacher.parameters():
+        param.requires_grad_(False)
+    if cfg.loss == "kl":
+        writer.warn(
+            f"the {family} teacher's layers are deterministic (no variance to match): --loss kl "
+            "is the Gaussian NLL of the teacher's states under the student"
+        )
+
+    class Distiller(nn.Module):
+        """The student for the training loop; the frozen teacher rides along unregistered."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.student = student
+
+    steps_seen = {"batches": 0}
+    epoch_steps: list[torch.Tensor] = []
+
+    def loss_fn(model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
+        labels = batch["labels"]
+        inputs = {k: v for k, v in batch.items() if k != "labels"}
+        with no_dropout(frozen_teacher):
+            states = record_teacher_states(
+                frozen_teacher, family, student.spec.replace_last, inputs
+            )
+        l1, per_step = distillation_loss(student, states, weights)
+        epoch_steps.append(per_step)
+        steps_seen["batches"] += 1
+        seed = cfg.seed * 1_000_003 + steps_seen["batches"]
+        l2 = sampled_ce(student, inputs, labels, seed)
+        return l1 + weights.ce * l2
+
+    per_step_curve: list[list[float]] = []
+    val_metrics: list[dict[str, float]] = []
+    validate: Any = None
+    if val_data is not None:
+        val_ids = map_labels(val_data, teacher.labels, placeholder=False).ids
+        val_encoded = encode(val_data, teacher, val_ids, cfg.max_length)
+
+        def validate(_model: Any) -> dict[str, float]:
+            logits = predict_logits(student, val_encoded, device=cfg.device).member_logits
+            probs = softmax(logits).mean(axis=1)
+            metrics = {"acc": accuracy(probs, val_ids), "ece": ece(probs, val_ids)}
+            val_metrics.append(metrics)
+            return metrics
+
+    frozen_teacher.to(cfg.device)
+
+    def end_of_epoch_validate(model: Any) -> dict[str, float]:
+        if epoch_steps:
+            per_step_curve.append(torch.stack(epoch_steps).mean(dim=0).tolist())
+            epoch_steps.clear()
+        return validate(model) if validate is not None else {}
+
+    result = train(
+        Distiller(),
+        loader,
+        train_cfg,
+        loss_fn=loss_fn,
+        validate=end_of_epoch_validate,
+        description=f"distill-director {family}",
+    )
+    student.to("cpu")
+    frozen_teacher.to("cpu")
+    loaded = LoadedModel(
+        model=student,  # type: ignore[arg-type]  # a sampling student stands where a classifier does
+        family=teacher.family,
+        config=config,
+        labels=list(teacher.labels),
+        tokenizer=teacher.tokenizer,
+        preprocessing=teacher.preprocessing,
+    )
+    save_model(loaded, writer.dir)
+    counts = parameter_counts(frozen_teacher, student)
+    summary = model_summary(loaded)
+    summary.update(
+        {
+            "parameters_teacher": counts["teacher"],
+            "parameters_transition": counts["transition"],
+            "parameters_ratio_to_teacher": round(counts["student"] / counts["teacher"], 4),
+            "replace_last": student.spec.replace_last,
+            "depth": cfg.depth,
+            "samples": cfg.samples,
+            "loss": cfg.loss,
+            "trained": True,
+            "epochs": cfg.epochs,
+            "steps": result.steps,
+            "train_examples": len(train_data),
+            "train_seconds": round(result.seconds, 3),
+            "loss_curve": [round(v, 6) for v in result.loss_curve],
+            "distill_loss_per_step": [round(v, 6) for v in per_step_curve[-1]]
+            if per_step_curve
+            else [],
+            "distill_loss_curve": [round(sum(s) / len(s), 6) for s in per_step_curve],
+        }
+    )
+    if val_metrics:
+        summary["val_acc_curve"] = [round(m["acc"], 6) for m in val_metrics]
+        summary["val_acc"] = round(val_metrics[-1]["acc"], 6)
+        summary["val_ece"] = round(val_metrics[-1]["ece"], 6)
+    if counts["student"] >= counts["teacher"]:
+        writer.warn(
+            f"the student has {counts['student']:,} parameters, the teacher "
+            f"{counts['teacher']:,}: for a model this small one DiT block is not smaller "
+            "(it pays off for deeper teachers)"
+        )
+    return summary
