@@ -25,6 +25,7 @@ def test_quick_demo_runs_every_step(cli, tmp_path: Path) -> None:  # type: ignor
             "eval-hydra",
             "eval-hydra-onnx",
             "eval-sve",
+            "eval-director",
         )
     }
     assert all(r["examples"] == 360 for r in rows.values())
@@ -37,6 +38,7 @@ def test_quick_demo_runs_every_step(cli, tmp_path: Path) -> None:  # type: ignor
     assert rows["eval-hydra"]["members"] == rows["eval-hydra-onnx"]["members"] == 3
     assert "disagreement" in rows["eval-hydra"]
     assert rows["eval-sve"]["members"] == 4
+    assert rows["eval-director"]["members"] == 2
     lineage = json.loads(cli("inspect", str(tmp_path / "demo" / "eval-onnx"), "--json").out)
     assert [(n["kind"], n["step"]) for n in lineage["lineage"]] == [
         ("eval", "eval"),
@@ -46,7 +48,7 @@ def test_quick_demo_runs_every_step(cli, tmp_path: Path) -> None:  # type: ignor
     ]
     assert all(n["status"] == "ok" for n in lineage["lineage"])
     again = cli("demo", "--quick", "--out", str(tmp_path / "demo"))
-    assert again.out == result.out and again.err.count("reusing") == 23
+    assert again.out == result.out and again.err.count("reusing") == 25
     pruned = open_artifact(tmp_path / "demo" / "model-pruned").manifest.summary
     assert pruned["heads_after"] == pruned["heads_before"] // 2
     assert rows["eval-pruned"]["parameters"] < rows["eval-single"]["parameters"]

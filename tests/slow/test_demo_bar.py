@@ -21,3 +21,7 @@ def test_full_demo_meets_its_bar(cli, tmp_path: Path) -> None:  # type: ignore[n
     hydra = open_artifact(tmp_path / "demo" / "eval-hydra").manifest.summary
     assert hydra["members"] == 3 and hydra["acc"] >= 0.95
     assert hydra["parameters"] < single["parameters"]  # 3 members of H/3 heads, shared MLP
+    sve = open_artifact(tmp_path / "demo" / "eval-sve").manifest.summary
+    assert sve["members"] == 4 and sve["acc"] >= 0.95
+    student = open_artifact(tmp_path / "demo" / "eval-director").manifest.summary
+    assert student["members"] == 10 and student["acc"] >= 0.9

@@ -3,9 +3,9 @@
 init + finetune three ViTs (seeds 0, 1, 2), export the first to ONNX (parity-checked); prune
 the first (HIES, 50% of heads) and fine-tune it; make a Hydra ensemble of it (3 members that
 share no head, fused, fine-tuned jointly) and export that too; train a Singular Value Ensemble
-of it; then evaluate the single ViT, its ONNX export, the pruned model, the 3-ViT deep
-ensemble, the Hydra model (torch and ONNX) and the SVE on `digits@test`, with
-`builtin:photo-patches` as out-of-distribution data.
+of it and distil it into a DIRECTOR student; then evaluate the single ViT, its ONNX export,
+the pruned model, the 3-ViT deep ensemble, the Hydra model (torch and ONNX), the SVE and the
+DIRECTOR student on `digits@test`, with `builtin:photo-patches` as out-of-distribution data.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from uqcompress.steps import director as director_step
 from uqcompress.steps import eval as eval_step
 from uqcompress.steps import export as export_step
 from uqcompress.steps import finetune as finetune_step
@@ -43,6 +44,9 @@ class DemoPlan:
     sve_epochs: int = 10
     sve_lr: float = 1e-3
     sve_sigma_init: float = 0.01
+    director_epochs: int = 30
+    director_lr: float = 2e-3
+    director_samples: int = 10
 
 
 # Full: ViT-small (4 layers, 4 heads, hidden 64, 2x2 patches of the 8x8 digit = 16 tokens).
@@ -57,6 +61,8 @@ QUICK = DemoPlan(
     retrain_epochs=1,
     hydra_epochs=1,
     sve_epochs=1,
+    director_epochs=1,
+    director_samples=2,
 )
 
 
@@ -173,6 +179,23 @@ def run(out: Path, quick: bool, device: str, threads: int, force: bool = False) 
         out / "model-sve",
         force,
     )
+    stderr.print("[bold]DIRECTOR: the blocks distilled into one sampling DiT transition[/bold]")
+    student = director_step.run(
+        models[0].artifact.path,
+        director_step.DirectorConfig(
+            data="builtin:digits@train",
+            val="builtin:digits@val",
+            samples=plan.director_samples,
+            epochs=plan.director_epochs,
+            lr=plan.director_lr,
+            batch_size=plan.batch_size,
+            seed=0,
+            device=device,
+            threads=threads,
+        ),
+        out / "model-director",
+        force,
+    )
     share = f"{plan.prune_ratio:.0%} heads pruned"
     rows = [
         evaluate(f"ViT-{plan.preset} (torch)", [models[0].artifact.path], "eval-single"),
@@ -198,6 +221,12 @@ def run(out: Path, quick: bool, device: str, threads: int, force: bool = False) 
             f"SVE: {plan.sve_members} members of ViT-{plan.preset}, {plan.sve_epochs} epochs",
             [sve.artifact.path],
             "eval-sve",
+        ),
+        evaluate(
+            f"DIRECTOR: 1 DiT block, {plan.director_samples} samples, "
+            f"{plan.director_epochs} epochs",
+            [student.artifact.path],
+            "eval-director",
         ),
     ]
     return DemoResult(plan=plan, models=models, onnx=onnx, hydra_onnx=hydra_onnx, rows=rows)
