@@ -322,13 +322,24 @@ class DirectorModel(nn.Module):
         return parts.classifier(parts.final_norm(h[:, 0]))
 
     def rollout(
-        self, x: torch.Tensor, mask: torch.Tensor | None, noise: torch.Tensor | None
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None,
+        noise: torch.Tensor | torch.Generator | None,
     ) -> torch.Tensor:
-        """K sampled steps from x_0. Shape: x `[N, T, d]`, noise `[K, N, T, d]` or None (the
-        means only) -> x_K `[N, T, d]`."""
+        """K sampled steps from x_0. Shape: x `[N, T, d]` -> x_K `[N, T, d]`. `noise`: the
+        draws `[K, N, T, d]`, a generator to draw each step's `[N, T, d]` from (only one
+        step's noise in memory), or None for the means only."""
         for step in range(self.steps):
             mean, std = self.transition(x, step, mask)
-            x = mean if noise is None else mean + std * noise[step]
+            if noise is None:
+                x = mean
+                continue
+            if isinstance(noise, torch.Generator):
+                draw = torch.randn(x.shape, generator=noise, device=x.device).to(x.dtype)
+            else:
+                draw = noise[step]
+            x = mean + std * draw
         return x
 
     def forward(self, noise: torch.Tensor | None = None, **inputs: Any) -> MemberOutput:
@@ -336,18 +347,17 @@ class DirectorModel(nn.Module):
         x0, mask = self.start_state(inputs)
         batch, length, hidden = x0.shape
         samples = self.spec.samples
-        if noise is None:
-            generator = torch.Generator(device=x0.device).manual_seed(self.spec.seed)
-            noise = torch.randn(
-                batch, samples, self.steps, length, hidden, generator=generator, device=x0.device
-            ).to(x0.dtype)
+        draws: torch.Tensor | torch.Generator
+        if noise is None:  # seeded, drawn step by step
+            draws = torch.Generator(device=x0.device).manual_seed(self.spec.seed)
+        else:  # [B, S, K, T, d] -> [K, S*B, T, d], matching the folding below
+            draws = noise.permute(2, 1, 0, 3, 4).reshape(
+                self.steps, samples * batch, length, hidden
+            )
         # Samples folded into the batch, sample-major: [S*B, T, d].
         x = x0.repeat(samples, 1, 1)
         folded_mask = mask.repeat(samples, 1, 1, 1) if mask is not None else None
-        steps_noise = noise.permute(2, 1, 0, 3, 4).reshape(
-            self.steps, samples * batch, length, hidden
-        )
-        logits = self.head(self.rollout(x, folded_mask, steps_noise))  # [S*B, C]
+        logits = self.head(self.rollout(x, folded_mask, draws))  # [S*B, C]
         return MemberOutput(member_logits=logits.reshape(samples, batch, -1).transpose(0, 1))
 
 
