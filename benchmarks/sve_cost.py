@@ -46,8 +46,8 @@ Runtime. Per configuration:
 Ratios to the single model and to the deep ensemble of the same M are taken from numbers of the
 same run. Two parity columns guard against timing a wrong graph: for SVE, the largest |member
 logit| difference between the factorised and the materialised model in torch (batch 1; float32
-rounding, about 1e-6); for every exported configuration, the largest |member logit| difference
-between ONNX Runtime and torch on that input.
+rounding, below 1e-6 on BERT-base); for every exported configuration, the largest |member
+logit| difference between ONNX Runtime and torch on that input.
 
 FLOPs, counted as 2 x multiply-adds of the matrix products, per example with T tokens, as in
 `prune_speed.forward_flops` (LayerNorm, softmax, GELU, biases, residual adds and the per-member
@@ -66,12 +66,15 @@ costs 2 D^2 instead of D^2 and a D x 4D one 5 D^2 instead of 4 D^2 per token: in
 layers factorised SVE does 1.5x the FLOPs of materialised SVE (18 D^2 against 12 D^2 per token
 and layer), which does as many as a deep ensemble.
 
-`--quick` is a smoke run (under 2 minutes on 2 idle cores): 2 layers of the BERT-base shape
+`--quick` is a smoke run (about 60 s on 2 idle cores): 2 layers of the BERT-base shape
 (per-layer ratios are the real ones; embeddings weigh more in sizes and overhead), M = 4 only,
 3 repeats after 1 warm-up. Full mode is the same code at 12 layers, M = 4 and 8 and 10 repeats
-after 2 warm-ups: several times longer than `hydra_cost.py`'s full mode on 2 cores (a batch-8
-pass of SVE factorised M = 8 is about 12 dense batch-8 passes). Timings depend on the machine
-and what else runs on it; nothing here asserts on them.
+after 2 warm-ups: about 25 minutes on 2 idle cores (10 with `--repeats 3 --warmup 1`; a batch-8
+pass of SVE factorised M = 8 alone is about 12 dense ones), and several GB of memory (the
+materialised M = 8 model alone holds 2.8 GB of weights). Timings depend on the machine and
+what else runs on it (torch with `--threads` equal to the core count slows down badly when
+another process takes a core; `--threads 1` suffers less), so the first output line says how
+many CPU-seconds other processes used during the run (Linux). Nothing here asserts on timings.
 
     .venv/bin/python benchmarks/sve_cost.py [--quick] [--markdown] [--threads 2] [--members 4 8]
 """
@@ -523,14 +526,41 @@ def bert_shape(quick: bool) -> Shape:
     return next(s for s in pruning_shapes(quick) if s.family == "bert")
 
 
-def setup_line(args: argparse.Namespace, seconds: float) -> str:
+def machine_cpu_seconds() -> float | None:
+    """CPU seconds every process (and the hypervisor's steal) used since boot: Linux's
+    /proc/stat; None elsewhere."""
+    stat = Path("/proc/stat")
+    if not stat.exists():
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = map(
+        int, stat.read_text().split("\n", 1)[0].split()[1:9]
+    )
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_seconds() -> float:
+    times = os.times()
+    return times.user + times.system
+
+
+def others_line(machine_start: float | None, own_start: float) -> str:
+    """How much CPU other processes took during the run: with `--threads` equal to the core
+    count, a busy neighbour slows torch down badly, so a reader should know."""
+    machine_end = machine_cpu_seconds()
+    if machine_start is None or machine_end is None:
+        return "other processes' CPU use not measured (no /proc/stat)"
+    others = max(0.0, machine_end - machine_start - (own_cpu_seconds() - own_start))
+    return f"other processes used {others:.0f} CPU-s meanwhile"
+
+
+def setup_line(args: argparse.Namespace, seconds: float, others: str) -> str:
     import onnxruntime
     import torch
     import transformers
 
     mode = "quick (2 layers of the BERT-base shape)" if args.quick else "full"
     return (
-        f"{mode} run, {seconds:.0f} s; {platform.processor() or platform.machine()}, "
+        f"{mode} run, {seconds:.0f} s, {others}; {platform.processor() or platform.machine()}, "
         f"{os.cpu_count()} CPUs; torch {torch.__version__}, transformers "
         f"{transformers.__version__}, onnxruntime {onnxruntime.__version__}"
     )
@@ -545,11 +575,12 @@ def main() -> None:
 
     quiet_transformers()
     torch.set_num_threads(args.threads)
-    start = time.perf_counter()
+    start, machine_start, own_start = time.perf_counter(), machine_cpu_seconds(), own_cpu_seconds()
     shape = bert_shape(args.quick)
     rows = measure(shape, args)
+    others = others_line(machine_start, own_start)
     tables = [size_table(rows, shape), cost_table(rows, args, shape), ratio_table(rows, args)]
-    setup = setup_line(args, time.perf_counter() - start)
+    setup = setup_line(args, time.perf_counter() - start, others)
     print(setup + "\n")
     print("\n\n".join(render_plain(t) for t in tables))
     if args.markdown:
