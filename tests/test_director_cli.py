@@ -125,3 +125,17 @@ def test_bert_student_replacing_the_last_block_exports_with_parity(  # type: ign
     exported = Path(_ok(cli("export", student)))
     parity = json.loads((exported / "parity.json").read_text())
     assert parity["passed"] and parity["padded_batches"] > 0  # noise follows the padded length
+
+
+def test_a_teacher_of_an_unsupported_family_is_refused(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from transformers import GPT2Config, GPT2ForSequenceClassification
+
+    teacher = tmp_path / "gpt2"
+    config = GPT2Config(n_layer=1, n_head=2, n_embd=8, vocab_size=50, num_labels=2)
+    GPT2ForSequenceClassification(config).save_pretrained(str(teacher))
+    out = tmp_path / "student"
+    result = cli(
+        "distill-director", str(teacher), "--data", "builtin:digits@val", "--out", str(out)
+    )
+    _refused(result, "'gpt2' model", "bert, vit")
+    assert not out.exists()
