@@ -39,6 +39,8 @@ def test_quick_demo_runs_every_step(cli, tmp_path: Path) -> None:  # type: ignor
     assert "disagreement" in rows["eval-hydra"]
     assert rows["eval-sve"]["members"] == 4
     assert rows["eval-director"]["members"] == 2
+    table = json.loads((tmp_path / "demo" / "compare" / "comparison.json").read_text())
+    assert len(table["rows"]) == len(rows) and table["rows"][0]["latency_ratio"] == 1.0
     lineage = json.loads(cli("inspect", str(tmp_path / "demo" / "eval-onnx"), "--json").out)
     assert [(n["kind"], n["step"]) for n in lineage["lineage"]] == [
         ("eval", "eval"),
@@ -48,7 +50,7 @@ def test_quick_demo_runs_every_step(cli, tmp_path: Path) -> None:  # type: ignor
     ]
     assert all(n["status"] == "ok" for n in lineage["lineage"])
     again = cli("demo", "--quick", "--out", str(tmp_path / "demo"))
-    assert again.out == result.out and again.err.count("reusing") == 25
+    assert again.out == result.out and again.err.count("reusing") == 26
     pruned = open_artifact(tmp_path / "demo" / "model-pruned").manifest.summary
     assert pruned["heads_after"] == pruned["heads_before"] // 2
     assert rows["eval-pruned"]["parameters"] < rows["eval-single"]["parameters"]

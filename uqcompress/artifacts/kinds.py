@@ -16,6 +16,7 @@ KIND_VERSIONS: dict[str, int] = {
     "scores": 1,
     "members": 1,
     "safetensors": 1,
+    "compare": 1,
 }
 
 # (kind, from_version) -> function turning a manifest dict of that version into the next one.

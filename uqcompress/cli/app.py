@@ -17,6 +17,7 @@ import typer
 
 from uqcompress import __version__
 from uqcompress.cli import (
+    compare_cmd,
     demo_cmd,
     director_cmd,
     eval_cmd,
@@ -75,6 +76,7 @@ app.command("svd-ensemble")(sve_cmd.svd_ensemble)
 app.command("distill-director")(director_cmd.distill_director)
 app.command("export")(export_cmd.export)
 app.command("predict")(predict_cmd.predict)
+app.command("compare")(compare_cmd.compare)
 app.command("inspect")(inspect_cmd.inspect)
 app.command("verify")(inspect_cmd.verify)
 app.command("demo")(demo_cmd.demo)

@@ -47,9 +47,13 @@ def demo(
     resolved_device, resolved_threads = setup_compute(device, threads)
     root = out if out is not None else default_root() / ("demo-quick" if quick else "demo")
     result = step.run(root, quick, resolved_device, resolved_threads, force)
+    from uqcompress.steps.compare import load_table
+
+    table = load_table(result.comparison.artifact.path)
     print_metrics(
-        [(row.name, row.evaluation.artifact.manifest.summary) for row in result.rows],
-        title=f"uqc demo: {step.TEST}, OOD = {step.OOD}",
+        [(row.name, record) for row, record in zip(result.rows, table["rows"], strict=True)],
+        title=f"uqc demo: {step.TEST}, OOD = {step.OOD} (x base: latency / the first row's)",
+        ratio=True,
     )
     seconds = [m.artifact.manifest.summary.get("train_seconds", 0.0) for m in result.models]
     parity = result.onnx.artifact.manifest.summary

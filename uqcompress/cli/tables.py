@@ -34,8 +34,11 @@ def ood_sets(rows: list[tuple[str, dict[str, Any]]]) -> list[str]:
     return names
 
 
-def print_metrics(rows: list[tuple[str, dict[str, Any]]], title: str = "evaluation") -> None:
-    """One row per model; OOD columns (AUROC, FPR95 of predictive entropy) per OOD set."""
+def print_metrics(
+    rows: list[tuple[str, dict[str, Any]]], title: str = "evaluation", ratio: bool = False
+) -> None:
+    """One row per model; OOD columns (AUROC, FPR95 of predictive entropy) per OOD set;
+    with `ratio`, the latency ratio to a baseline (`latency_ratio`) too."""
     columns: list[tuple[str, str, str]] = list(LEADING)
     for name in ood_sets(rows):
         prefix = f"ood.{name}.{TABLE_OOD_SCORE}"
@@ -44,6 +47,8 @@ def print_metrics(rows: list[tuple[str, dict[str, Any]]], title: str = "evaluati
             (f"{prefix}.fpr95", f"{name}\nFPR95", "{:.3f}"),
         ]
     columns += TRAILING
+    if ratio:
+        columns.insert(len(columns) - 2, ("latency_ratio", "x base", "{:.2f}"))
     table = Table(
         title=title, caption="OOD scored by predictive entropy" if len(columns) > 8 else None
     )

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from uqcompress.steps import compare as compare_step
 from uqcompress.steps import director as director_step
 from uqcompress.steps import eval as eval_step
 from uqcompress.steps import export as export_step
@@ -79,6 +80,7 @@ class DemoResult:
     onnx: StepResult
     hydra_onnx: StepResult
     rows: list[DemoRow]
+    comparison: StepResult  # the final table: uqc compare over every row's eval
 
     @property
     def single(self) -> DemoRow:
@@ -229,7 +231,20 @@ def run(out: Path, quick: bool, device: str, threads: int, force: bool = False) 
             "eval-director",
         ),
     ]
-    return DemoResult(plan=plan, models=models, onnx=onnx, hydra_onnx=hydra_onnx, rows=rows)
+    comparison = compare_step.run(
+        [row.evaluation.artifact.path for row in rows],
+        compare_step.CompareConfig(baseline=0, names=[row.name.strip() for row in rows]),
+        out / "compare",
+        force,
+    )
+    return DemoResult(
+        plan=plan,
+        models=models,
+        onnx=onnx,
+        hydra_onnx=hydra_onnx,
+        rows=rows,
+        comparison=comparison,
+    )
 
 
 def _hydra(
