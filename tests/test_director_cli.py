@@ -139,3 +139,12 @@ def test_a_teacher_of_an_unsupported_family_is_refused(cli, tmp_path: Path) -> N
     )
     _refused(result, "'gpt2' model", "bert, vit")
     assert not out.exists()
+
+
+def test_a_student_is_not_fine_tuned_without_its_teacher(
+    cli, vit_student: Path, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "tuned"
+    result = cli("finetune", str(vit_student), "--data", "builtin:digits@val", "--out", str(out))
+    _refused(result, "DIRECTOR student", "distill-director")
+    assert not out.exists()

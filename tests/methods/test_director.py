@@ -163,3 +163,51 @@ def test_bad_director_settings_are_refused() -> None:
     with pytest.raises(ConfigError, match="does not support the gpt2 family") as refused:
         DirectorModel(teacher.model, "gpt2", DirectorSpec(2, 1, 1, 0))
     assert "supported: bert, vit" in str(refused.value.hint)
+
+
+def test_noise_input_layout_matches_a_manual_rollout_per_example_and_sample() -> None:
+    teacher = _teacher("bert")
+    student = build_student(teacher, None, 1, 3, seed=0)
+    with torch.no_grad():
+        student.transition.std_head[1].bias.fill_(0.5)
+    batch = _batch(teacher)
+    generator = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        x0, mask = student.start_state(batch)
+        noise = torch.randn(student.noise_shape(4, x0.shape[1]), generator=generator)
+        got = student(noise=noise, **batch).member_logits  # [B, S, C]
+        for b in range(4):
+            for s in range(3):
+                steps = noise[b, s][:, None]  # [K, 1, T, d]: example b, sample s
+                one_mask = mask[b : b + 1] if mask is not None else None
+                want = student.head(student.rollout(x0[b : b + 1], one_mask, steps))
+                assert torch.allclose(got[b, s], want[0], atol=1e-5), (b, s)
+
+
+def test_a_saved_student_loads_with_the_same_trainable_parts(tmp_path: Any) -> None:
+    import copy
+
+    from uqcompress.methods.director import DIRECTOR_KEY, student_trainable
+    from uqcompress.models.loading import load_model, resolve_model_source, save_model
+
+    teacher = _teacher("vit")
+    student = build_student(teacher, None, 1, 2, seed=0, train_head=False)
+    student_trainable(student, train_head=False)
+    config = copy.deepcopy(teacher.config)
+    setattr(config, DIRECTOR_KEY, student.spec.to_dict())
+    student.config = config
+    saved = LoadedModel(
+        model=student,  # type: ignore[arg-type]
+        family=teacher.family,
+        config=config,
+        labels=teacher.labels,
+        preprocessing=teacher.preprocessing,
+    )
+    save_model(saved, tmp_path / "student")
+    loaded: Any = load_model(resolve_model_source(tmp_path / "student")).model
+    trainable = {n for n, p in student.named_parameters() if p.requires_grad}
+    assert trainable == {n for n, p in loaded.named_parameters() if p.requires_grad}
+    assert all(n.startswith("transition.") for n in trainable)
+    batch = _batch(teacher)
+    with torch.no_grad():
+        assert torch.equal(student(**batch).member_logits, loaded(**batch).member_logits)

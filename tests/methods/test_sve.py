@@ -156,3 +156,31 @@ def test_saved_sve_loads_back_identically(family: str, tmp_path: Path) -> None:
     batch = _batch(base)
     assert torch.equal(_member_logits(loaded, batch), _member_logits(sve, batch))
     assert loaded.num_parameters() == sve.num_parameters()
+
+
+@pytest.mark.parametrize("family", ["vit", "bert"])
+def test_each_folded_member_equals_a_dense_model_with_its_own_weights(family: str) -> None:
+    import copy
+
+    from uqcompress.models.surgery import replace_module
+
+    base = create_model(family, LABELS, preset="tiny")
+    sve: Any = build_sve(base, members=3, targets="default", rank=None, sigma_init=0.2, seed=4)
+    batch = _batch(base)
+    folded = _member_logits(sve, batch)
+    for m in range(3):
+        dense: Any = copy.deepcopy(base.model)
+        for name, module in sve.model.inner.named_modules():
+            if isinstance(module, SVDLinear):
+                linear = torch.nn.Linear(module.in_features, module.out_features)
+                with torch.no_grad():
+                    linear.weight.copy_(module.dense_weight()[m].t())
+                    linear.bias.copy_(module.bias[m])
+                replace_module(dense, name, linear)
+        head = sve.model.inner.classifier
+        with torch.no_grad():
+            dense.classifier.weight.copy_(head.weight[m].t())
+            dense.classifier.bias.copy_(head.bias[m, 0])
+            want = dense.eval()(**batch).logits
+        assert torch.allclose(folded[:, m], want, atol=1e-5), m
+    assert (folded[:, 0] - folded[:, 1]).abs().max() > 1e-4

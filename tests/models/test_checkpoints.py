@@ -46,6 +46,12 @@ def test_headless_encoder_gets_a_head_sized_from_the_data(
     config = json.loads((Path(tuned.out.strip()) / "config.json").read_text())
     assert config["id2label"] == {"0": "meh", "1": "neg", "2": "pos"}
     assert cli("eval", tuned.out.strip(), "--data", str(three_class_csv)).code == 0
+    # The trained head is kept by the next training step (only an import's flag means
+    # "never trained"): a second finetune starts from it, with no new-head warning.
+    again = cli("finetune", tuned.out.strip(), "--data", str(three_class_csv), "--epochs", "1")
+    assert again.code == 0, again.err
+    second = open_artifact(Path(again.out.strip())).manifest
+    assert not any("new head" in w for w in second.warnings)
 
 
 def test_hub_ids_fail_cleanly_offline(cli, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]

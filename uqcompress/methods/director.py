@@ -48,6 +48,7 @@ class DirectorSpec:
     depth: int  # DiT blocks in the shared transition
     samples: int  # S: roll-outs averaged at inference
     seed: int  # of the inference noise when none is given
+    train_head: bool = True  # the teacher's head trains with the transition
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -56,6 +57,7 @@ class DirectorSpec:
             "depth": self.depth,
             "samples": self.samples,
             "seed": self.seed,
+            "train_head": self.train_head,
         }
 
     @classmethod
@@ -66,6 +68,7 @@ class DirectorSpec:
             depth=int(raw["depth"]),
             samples=int(raw["samples"]),
             seed=int(raw["seed"]),
+            train_head=bool(raw.get("train_head", True)),
         )
 
 
@@ -348,8 +351,9 @@ class DirectorModel(nn.Module):
         batch, length, hidden = x0.shape
         samples = self.spec.samples
         draws: torch.Tensor | torch.Generator
-        if noise is None:  # seeded, drawn step by step
-            draws = torch.Generator(device=x0.device).manual_seed(self.spec.seed)
+        if noise is None:  # seeded, drawn step by step; fresh draws while training
+            seed = self.spec.seed if not self.training else int(torch.randint(1 << 62, ()).item())
+            draws = torch.Generator(device=x0.device).manual_seed(seed)
         else:  # [B, S, K, T, d] -> [K, S*B, T, d], matching the folding below
             draws = noise.permute(2, 1, 0, 3, 4).reshape(
                 self.steps, samples * batch, length, hidden
@@ -493,6 +497,7 @@ def director_skeleton(config: Any, family: Any) -> DirectorModel:
             )
             shape_to_kept_heads(base, [list(map(int, layer)) for layer in kept])
         student = DirectorModel(teacher, family.name, spec)
+    student_trainable(student, spec.train_head)
     student.config = config
     return student
 
@@ -507,7 +512,12 @@ def with_samples(model: DirectorModel, samples: int) -> None:
 
 
 def build_student(
-    loaded: LoadedModel, replace_last: int | None, depth: int, samples: int, seed: int
+    loaded: LoadedModel,
+    replace_last: int | None,
+    depth: int,
+    samples: int,
+    seed: int,
+    train_head: bool = True,
 ) -> DirectorModel:
     """A student for `loaded` (the teacher is copied, never changed)."""
     layers = int(loaded.config.num_hidden_layers)
@@ -521,8 +531,11 @@ def build_student(
         raise ConfigError(f"--depth {depth} must be at least 1", hint="pass --depth 1")
     if samples < 1:
         raise ConfigError(f"--samples {samples} must be at least 1", hint="pass --samples 10")
-    spec = DirectorSpec(replace_last=k, depth=depth, samples=samples, seed=seed)
+    spec = DirectorSpec(
+        replace_last=k, depth=depth, samples=samples, seed=seed, train_head=train_head
+    )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         student = DirectorModel(loaded.model, loaded.family.name, spec)
-    return student
+    student_trainable(student, train_head)
+    return student.eval()  # inference mode (seeded noise) until a training loop says otherwise

@@ -98,11 +98,13 @@ def check_fusable(members: list[LoadedModel], names: list[str]) -> None:
             hint="make members with uqc prune SCORES --members 3",
         )
     first = members[0]
+    from uqcompress.models.loading import ENSEMBLE_KEYS
+
     for member, name in zip(members, names, strict=True):
-        if member.members > 1:
+        if any(getattr(member.config, key, None) is not None for key in ENSEMBLE_KEYS):
             raise IncompatibleInputError(
-                f"{name} is already an ensemble of {member.members}; Hydra fuses single "
-                "pruned models",
+                f"{name} is already an ensemble model (Hydra, SVE or DIRECTOR); Hydra fuses "
+                "single pruned models",
                 hint="make members with uqc prune SCORES --members 3",
             )
     if first.family.name not in SUPPORTED_FAMILIES:

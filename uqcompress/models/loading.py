@@ -296,12 +296,14 @@ def _load_pruned(path: Path, config: Any, family: Family) -> LoadedModel:
 
 def _load_hydra(path: Path, config: Any, family: Family) -> LoadedModel:
     """A fused Hydra model: its shapes come from the `uqc_hydra` spec in the config."""
+    import torch
     from safetensors.torch import load_model as load_safetensors_model
 
     from uqcompress.models.hydra_model import HydraModel
 
     try:
-        model: Any = HydraModel(config, family.name)
+        with torch.random.fork_rng(devices=[]):  # loading must not move the global RNG
+            model: Any = HydraModel(config, family.name)
         load_safetensors_model(model, str(path / "model.safetensors"), strict=True)
     except Exception as exc:  # missing file, wrong shapes, damaged data or spec
         raise ArtifactError(

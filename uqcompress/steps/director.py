@@ -129,7 +129,9 @@ def _distill(
 
     for each in [train_data] + ([val_data] if val_data is not None else []):
         check_input_kind(each, teacher.input_kind, teacher.family.name)
-    student = build_student(teacher, cfg.replace_last, cfg.depth, cfg.samples, cfg.seed)
+    student = build_student(
+        teacher, cfg.replace_last, cfg.depth, cfg.samples, cfg.seed, cfg.train_head
+    )
     student_trainable(student, cfg.train_head)
     config = copy.deepcopy(teacher.config)
     setattr(config, DIRECTOR_KEY, student.spec.to_dict())
@@ -148,29 +150,34 @@ def _distill(
             "is the Gaussian NLL of the teacher's states under the student"
         )
 
+    steps_seen = {"batches": 0}
+    epoch_steps: list[torch.Tensor] = []
+
     class Distiller(nn.Module):
-        """The student for the training loop; the frozen teacher rides along unregistered."""
+        """The student for the training loop (its forward is the loss, so a DDP wrapper
+        synchronises gradients); the frozen teacher rides along unregistered."""
 
         def __init__(self) -> None:
             super().__init__()
             self.student = student
 
-    steps_seen = {"batches": 0}
-    epoch_steps: list[torch.Tensor] = []
+        def forward(self, batch: dict[str, Any]) -> torch.Tensor:
+            labels = batch["labels"]
+            inputs = {k: v for k, v in batch.items() if k != "labels"}
+            frozen_teacher.to(labels.device)  # a no-op after the first batch
+            with no_dropout(frozen_teacher):
+                states = record_teacher_states(
+                    frozen_teacher, family, student.spec.replace_last, inputs
+                )
+            l1, per_step = distillation_loss(student, states, weights)
+            epoch_steps.append(per_step.cpu())
+            steps_seen["batches"] += 1
+            seed = cfg.seed * 1_000_003 + steps_seen["batches"]
+            return l1 + weights.ce * sampled_ce(student, inputs, labels, seed)
 
     def loss_fn(model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
-        labels = batch["labels"]
-        inputs = {k: v for k, v in batch.items() if k != "labels"}
-        with no_dropout(frozen_teacher):
-            states = record_teacher_states(
-                frozen_teacher, family, student.spec.replace_last, inputs
-            )
-        l1, per_step = distillation_loss(student, states, weights)
-        epoch_steps.append(per_step)
-        steps_seen["batches"] += 1
-        seed = cfg.seed * 1_000_003 + steps_seen["batches"]
-        l2 = sampled_ce(student, inputs, labels, seed)
-        return l1 + weights.ce * l2
+        loss: torch.Tensor = model(batch)
+        return loss
 
     per_step_curve: list[list[float]] = []
     val_metrics: list[dict[str, float]] = []
@@ -185,8 +192,6 @@ def _distill(
             metrics = {"acc": accuracy(probs, val_ids), "ece": ece(probs, val_ids)}
             val_metrics.append(metrics)
             return metrics
-
-    frozen_teacher.to(cfg.device)
 
     def end_of_epoch_validate(model: Any) -> dict[str, float]:
         if epoch_steps:

@@ -49,6 +49,8 @@ def run(
     train_cfg.validate()  # bad values fail before any data is read
     members = _is_members(model_path)
     source = None if members else resolve_model_source(model_path)
+    if source is not None:
+        _refuse_student(source)
     train_data = load_data(cfg.data, cfg.text_column, cfg.label_column)
     val_data = load_data(cfg.val, cfg.text_column, cfg.label_column) if cfg.val else None
     config = asdict(cfg)
@@ -77,6 +79,23 @@ def run(
     return build_or_reuse(plan, out, force, build)
 
 
+def _refuse_student(source: Any) -> None:
+    """A DIRECTOR student trains by distillation from its teacher, not on labels alone."""
+    import json
+
+    from uqcompress.errors import ConfigError
+
+    try:
+        raw = json.loads((source.path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return  # load_model reports unreadable configs with its own message
+    if isinstance(raw, dict) and raw.get("uqc_director") is not None:
+        raise ConfigError(
+            f"{source.path} is a DIRECTOR student; finetune would train it without its teacher",
+            hint="distil again with uqc distill-director TEACHER --epochs N",
+        )
+
+
 def _adopt_labels(loaded: Any, labels: list[str]) -> None:
     loaded.labels = list(labels)
     loaded.model.config.id2label = dict(enumerate(labels))
@@ -90,7 +109,10 @@ def _head_is_untrained(source: Any, loaded: Any) -> bool:
     if source.is_artifact:
         from uqcompress.artifacts import read_manifest
 
-        return bool(read_manifest(source.path).summary.get("classifier_initialised"))
+        manifest = read_manifest(source.path)
+        # Only an import records a head that was never trained; a finetune's flag says it
+        # initialised one and then trained it.
+        return manifest.step == "import" and bool(manifest.summary.get("classifier_initialised"))
     return False
 
 

@@ -97,9 +97,7 @@ def model_summary(loaded: Any) -> dict[str, Any]:
 def _ensemble_summary(loaded: Any) -> dict[str, Any]:
     if getattr(loaded.config, "uqc_director", None) is not None:
         return {"members": loaded.members, "method": "director", "samples": loaded.members}
-    if loaded.members == 1:
-        return {}
-    spec = loaded.model.spec
+    spec: Any = getattr(loaded.model, "spec", None)
     if getattr(loaded.config, "uqc_sve", None) is not None:
         return {
             "members": loaded.members,
@@ -108,6 +106,8 @@ def _ensemble_summary(loaded: Any) -> dict[str, Any]:
             "sve_rank": "full" if spec.ranks == _full_ranks(loaded) else spec.ranks[0],
             "sigma_init": spec.sigma_init,
         }
+    if getattr(loaded.config, "uqc_hydra", None) is None:
+        return {}
     return {
         "members": loaded.members,
         "method": "hydra",
