@@ -109,29 +109,42 @@ def _refuse_remote_code(path: Path, trust_remote_code: bool) -> None:
         )
 
 
-def refuse_fused(source: ModelSource, step: str) -> None:
-    """Steps that read one classifier's heads (score, prune) cannot take a fused Hydra model."""
+ENSEMBLE_NAMES = {
+    "uqc_hydra": "a fused Hydra model",
+    "uqc_sve": "a Singular Value Ensemble",
+    "uqc_director": "a DIRECTOR student",
+}
+
+
+def ensemble_kind(source: ModelSource) -> str | None:
+    """Which ensemble-in-one-module key (ENSEMBLE_KEYS) the model's config.json carries, if
+    any; read without loading the weights, so steps can refuse before any work."""
     import json
 
     try:
         raw = json.loads((source.path / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return  # load_model reports unreadable configs with its own message
-    if isinstance(raw, dict) and raw.get("uqc_hydra") is not None:
-        raise ConfigError(
-            f"{source.path} is a fused Hydra model; {step} works on one classifier",
-            hint=f"{step} the base model before pruning members and fusing them",
-        )
-    if isinstance(raw, dict) and raw.get("uqc_director") is not None:
-        raise ConfigError(
-            f"{source.path} is a DIRECTOR student; {step} works on one classifier",
-            hint=f"{step} the teacher it was distilled from",
-        )
-    if isinstance(raw, dict) and raw.get("uqc_sve") is not None:
-        raise ConfigError(
-            f"{source.path} is a Singular Value Ensemble; {step} works on one classifier",
-            hint=f"{step} the base model the ensemble was built from",
-        )
+        return None  # load_model reports unreadable configs with its own message
+    if not isinstance(raw, dict):
+        return None
+    return next((key for key in ENSEMBLE_KEYS if raw.get(key) is not None), None)
+
+
+def refuse_fused(source: ModelSource, step: str) -> None:
+    """Steps that read or rebuild one classifier (score, svd-ensemble, distill-director)
+    cannot take an ensemble model."""
+    kind = ensemble_kind(source)
+    if kind is None:
+        return
+    hints = {
+        "uqc_hydra": f"{step} the base model before pruning members and fusing them",
+        "uqc_sve": f"{step} the base model the ensemble was built from",
+        "uqc_director": f"{step} the teacher it was distilled from",
+    }
+    raise ConfigError(
+        f"{source.path} is {ENSEMBLE_NAMES[kind]}; {step} works on one classifier",
+        hint=hints[kind],
+    )
 
 
 @dataclass

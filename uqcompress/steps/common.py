@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from uqcompress.artifacts import (
     Artifact,
@@ -56,3 +57,28 @@ def build_or_reuse(
     with ArtifactWriter(dest, plan, force=force, discard=not is_main_process()) as writer:
         build(writer)
     return StepResult(artifact=writer.artifact, reused=False)
+
+
+@dataclass(frozen=True)
+class TrainingData:
+    """What every training step reads: training and optional validation data, and their
+    manifest entries (whose content fingerprints go into the artifact id)."""
+
+    train: Any
+    val: Any | None
+    entries: list[dict[str, Any]]
+
+
+def load_training_data(
+    data: str, val: str | None, text_column: str, label_column: str
+) -> TrainingData:
+    """Load `--data` and `--val` (labels required) before any model work, so bad data fails
+    first."""
+    from uqcompress.data import load_data
+
+    train = load_data(data, text_column, label_column)
+    validation = load_data(val, text_column, label_column) if val else None
+    entries = [train.manifest_entry("train")]
+    if validation is not None:
+        entries.append(validation.manifest_entry("val"))
+    return TrainingData(train=train, val=validation, entries=entries)

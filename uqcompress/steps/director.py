@@ -8,7 +8,7 @@ from typing import Any
 
 from uqcompress.artifacts import ArtifactWriter, OutputPlan
 from uqcompress.errors import ConfigError
-from uqcompress.steps.common import StepResult, build_or_reuse
+from uqcompress.steps.common import StepResult, build_or_reuse, load_training_data
 
 RUNTIME_KEYS = ("device", "threads", "data", "val", "text_column", "label_column")
 
@@ -64,7 +64,6 @@ class DirectorConfig:
 def run(
     model_path: Path, cfg: DirectorConfig, out: Path | None = None, force: bool = False
 ) -> StepResult:
-    from uqcompress.data import load_data
     from uqcompress.models.loading import refuse_fused, resolve_model_source
     from uqcompress.train import TrainConfig
 
@@ -75,19 +74,16 @@ def run(
     train_cfg.validate()
     source = resolve_model_source(model_path)
     refuse_fused(source, "distill-director")
-    train_data = load_data(cfg.data, cfg.text_column, cfg.label_column)
-    val_data = load_data(cfg.val, cfg.text_column, cfg.label_column) if cfg.val else None
+    loaded_data = load_training_data(cfg.data, cfg.val, cfg.text_column, cfg.label_column)
+    train_data, val_data = loaded_data.train, loaded_data.val
     config = asdict(cfg)
-    entries = [train_data.manifest_entry("train")]
-    if val_data is not None:
-        entries.append(val_data.manifest_entry("val"))
     plan = OutputPlan(
         kind="model",
         step="distill-director",
         config=config,
         id_config={k: v for k, v in config.items() if k not in RUNTIME_KEYS},
         inputs=[source.ref],
-        data=entries,
+        data=loaded_data.entries,
         device=cfg.device,
     )
 

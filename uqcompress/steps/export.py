@@ -87,15 +87,14 @@ def _write_safetensors(loaded: Any, writer: ArtifactWriter) -> None:
 
     save_model(loaded, writer.dir)
     writer.summary.update(model_summary(loaded))
-    from uqcompress.models.loading import ENSEMBLE_KEYS
+    from uqcompress.models.loading import ENSEMBLE_KEYS, ENSEMBLE_NAMES
 
     ensemble = [key for key in ENSEMBLE_KEYS if getattr(loaded.config, key, None) is not None]
     if ensemble:
-        what = {"uqc_hydra": "a fused Hydra model", "uqc_sve": "a Singular Value Ensemble"}
         writer.summary["members"] = loaded.members
         writer.summary["loads_with"] = "uqcompress.models.loading.load_model (uqc import DIR)"
         writer.warn(
-            f"this is {what.get(ensemble[0], 'a DIRECTOR student')}: plain transformers has "
+            f"this is {ENSEMBLE_NAMES[ensemble[0]]}: plain transformers has "
             "no class for it; load it with uqcompress (or use the ONNX export)"
         )
     elif getattr(loaded.config, "uqc_kept_heads", None) is not None:

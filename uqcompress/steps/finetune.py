@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from uqcompress.artifacts import ArtifactWriter, OutputPlan
-from uqcompress.steps.common import StepResult, build_or_reuse
+from uqcompress.steps.common import StepResult, build_or_reuse, load_training_data
 
 # Kept out of the id: where or how fast a step runs, and how data was *named* (the data's
 # content fingerprints, which cover the columns used, are in the id instead).
@@ -34,7 +34,6 @@ class FinetuneConfig:
 def run(
     model_path: Path, cfg: FinetuneConfig, out: Path | None = None, force: bool = False
 ) -> StepResult:
-    from uqcompress.data import load_data
     from uqcompress.models.loading import resolve_model_source
     from uqcompress.train import TrainConfig
 
@@ -51,19 +50,16 @@ def run(
     source = None if members else resolve_model_source(model_path)
     if source is not None:
         _refuse_student(source)
-    train_data = load_data(cfg.data, cfg.text_column, cfg.label_column)
-    val_data = load_data(cfg.val, cfg.text_column, cfg.label_column) if cfg.val else None
+    loaded_data = load_training_data(cfg.data, cfg.val, cfg.text_column, cfg.label_column)
+    train_data, val_data = loaded_data.train, loaded_data.val
     config = asdict(cfg)
-    data_entries = [train_data.manifest_entry("train")]
-    if val_data is not None:
-        data_entries.append(val_data.manifest_entry("val"))
     plan = OutputPlan(
         kind="model",
         step="finetune",
         config=config,
         id_config={k: v for k, v in config.items() if k not in RUNTIME_KEYS},
         inputs=[source.ref] if source is not None else [],
-        data=data_entries,
+        data=loaded_data.entries,
         device=cfg.device,
     )
 
@@ -81,15 +77,10 @@ def run(
 
 def _refuse_student(source: Any) -> None:
     """A DIRECTOR student trains by distillation from its teacher, not on labels alone."""
-    import json
-
     from uqcompress.errors import ConfigError
+    from uqcompress.models.loading import ensemble_kind
 
-    try:
-        raw = json.loads((source.path / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return  # load_model reports unreadable configs with its own message
-    if isinstance(raw, dict) and raw.get("uqc_director") is not None:
+    if ensemble_kind(source) == "uqc_director":
         raise ConfigError(
             f"{source.path} is a DIRECTOR student; finetune would train it without its teacher",
             hint="distil again with uqc distill-director TEACHER --epochs N",
