@@ -12,7 +12,7 @@ TORCH_CPU ?= torch==2.13.0
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 STAMP := $(VENV)/.uqc-setup-stamp
 
-.PHONY: setup demo test lint clean
+.PHONY: setup demo test lint docs clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -42,6 +42,10 @@ lint: setup
 	$(BIN)/ruff check uqcompress tests benchmarks
 	$(BIN)/ruff format --check uqcompress tests benchmarks
 	$(BIN)/mypy
+
+# docs/cli.md: every command's --help; tests/test_cli_reference.py fails when it is stale.
+docs: setup
+	$(BIN)/python -m uqcompress.cli.reference > docs/cli.md
 
 clean:
 	rm -rf $(VENV) artifacts/demo artifacts/demo-quick

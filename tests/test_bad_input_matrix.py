@@ -348,7 +348,32 @@ ROWS: dict[str, tuple[Case, str]] = {
         lambda t, f: _sve(f, "--rank", "64"),
         "--rank 64 is larger than",
     ),
+    "calibrate --abstain-coverage outside (0, 1]": (
+        lambda t, f: [
+            "calibrate",
+            str(f["bert"]),
+            "--data",
+            str(f["test"]),
+            "--abstain-coverage",
+            "1.5",
+        ],
+        "--abstain-coverage 1.5 must be in (0, 1]",
+    ),
+    "a --set key that does not exist": (
+        lambda t, f: ["run", _recipe(t), "--set", "vars.tarin=x.csv"],
+        "--set vars.tarin: no variable 'tarin' in [vars] (it has: test, train)",
+    ),
 }
+
+
+def _recipe(tmp: Path) -> str:
+    path = tmp / "recipe.toml"
+    path.write_text(
+        '# a recipe\n[vars]\ntrain = "builtin:digits@train"\ntest = "builtin:digits@test"\n'
+        '[steps.init]\nrun = "init"\nfamily = "vit"\n',
+        encoding="utf-8",
+    )
+    return str(path)
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ import numpy.typing as npt
 
 from uqcompress.artifacts import MANIFEST_NAME, SourceRef, open_artifact, read_manifest
 from uqcompress.data.dataset import LabeledData
+from uqcompress.uq.calibration import Calibration
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,7 @@ class PredictionSource(ABC):
     input_kind: str
     members: int
     parameters: int
+    calibration: Calibration | None = None  # uqc calibrate: temperature, abstention rule
 
     @abstractmethod
     def predict(self, data: LabeledData, batch_size: int, max_length: int | None) -> MemberOutputs:
@@ -76,6 +78,7 @@ class TorchSource(PredictionSource):
         self.input_kind = self.loaded.input_kind
         self.members = self.loaded.members
         self.parameters = self.loaded.num_parameters()
+        self.calibration = self.loaded.calibration
 
     def predict(self, data: LabeledData, batch_size: int, max_length: int | None) -> MemberOutputs:
         import torch
@@ -88,6 +91,8 @@ class TorchSource(PredictionSource):
         self.truncated = encoded.truncated
         prediction = predict_logits(self.loaded.model, encoded, batch_size, self.device)
         member_logits = prediction.member_logits
+        if self.calibration is not None:  # as the exported graph does: logits / T
+            member_logits = member_logits / np.float32(self.calibration.temperature)
         outputs = uncertainty_outputs(torch.from_numpy(member_logits).double())
         return MemberOutputs(
             member_logits=member_logits,
@@ -109,6 +114,7 @@ class OnnxSource(PredictionSource):
         self.input_kind = self.predictor.input_kind
         self.members = self.predictor.members
         self.parameters = int(artifact.manifest.summary.get("parameters", 0))
+        self.calibration = self.predictor.calibration
 
     def predict(self, data: LabeledData, batch_size: int, max_length: int | None) -> MemberOutputs:
         from uqcompress.errors import DataError

@@ -17,6 +17,7 @@ import typer
 
 from uqcompress import __version__
 from uqcompress.cli import (
+    calibrate_cmd,
     compare_cmd,
     demo_cmd,
     director_cmd,
@@ -29,6 +30,7 @@ from uqcompress.cli import (
     inspect_cmd,
     predict_cmd,
     prune_cmd,
+    run_cmd,
     score_cmd,
     sve_cmd,
 )
@@ -74,9 +76,11 @@ app.command("prune")(prune_cmd.prune)
 app.command("fuse")(fuse_cmd.fuse)
 app.command("svd-ensemble")(sve_cmd.svd_ensemble)
 app.command("distill-director")(director_cmd.distill_director)
+app.command("calibrate")(calibrate_cmd.calibrate)
 app.command("export")(export_cmd.export)
 app.command("predict")(predict_cmd.predict)
 app.command("compare")(compare_cmd.compare)
+app.command("run")(run_cmd.run_recipe)
 app.command("inspect")(inspect_cmd.inspect)
 app.command("verify")(inspect_cmd.verify)
 app.command("demo")(demo_cmd.demo)

@@ -70,7 +70,7 @@ def evaluate(
 ) -> None:
     """Evaluate and write an eval artifact (metrics.json); prints a table on stderr."""
     from uqcompress.cli.output import emit
-    from uqcompress.cli.tables import print_metrics
+    from uqcompress.cli.tables import print_calibration, print_metrics
     from uqcompress.steps import eval as step
 
     if models.count("-") > 1:
@@ -93,6 +93,7 @@ def evaluate(
     name = " + ".join(p.name for p in paths)
     summary = result.artifact.manifest.summary
     print_metrics([(name, summary)], title=f"uqc eval: {data}")
+    print_calibration(summary)
     emit(result, json_out)
     verdict = summary.get("gate")
     if verdict is not None and not verdict["passed"]:

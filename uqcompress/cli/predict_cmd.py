@@ -36,13 +36,16 @@ def predict(
 ) -> None:
     """Predict: label, probs (by label), entropy and mutual_info per example, as JSONL.
 
-    ONNX artifacts run on the torch-free ONNX Runtime Predictor; models run in torch.
+    ONNX artifacts run on the torch-free ONNX Runtime Predictor; models run in torch. A model
+    calibrated with an abstention rule (uqc calibrate --abstain-coverage) adds
+    "abstain": true|false.
     """
     import json
     import sys
 
     from uqcompress.data import load_data
     from uqcompress.members import open_source
+    from uqcompress.uq.calibration import abstain_scores, abstains
 
     model_path = resolve_input(model)
     resolved_device, resolved_threads = setup_compute(device, threads)
@@ -50,6 +53,12 @@ def predict(
     source = open_source(model_path, "model", resolved_device, resolved_threads)
     outputs = source.predict(examples, batch_size, max_length)
     labels = source.labels
+    rule = source.calibration.abstain if source.calibration is not None else None
+    abstain = (
+        abstains(rule, abstain_scores(outputs.probs, outputs.entropy, outputs.mutual_info))
+        if rule is not None
+        else None
+    )
     write = sys.stdout.write
     for i in range(len(examples)):
         probs = outputs.probs[i]
@@ -60,5 +69,7 @@ def predict(
             "entropy": round(float(outputs.entropy[i]), 7),
             "mutual_info": round(float(outputs.mutual_info[i]), 7),
         }
+        if abstain is not None:
+            record["abstain"] = bool(abstain[i])
         write(json.dumps(record) + "\n")
     sys.stdout.flush()

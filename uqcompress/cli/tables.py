@@ -62,3 +62,23 @@ def print_metrics(
         ]
         table.add_row(name, *cells)
     stderr.print(table)
+
+
+def print_calibration(metrics: dict[str, Any]) -> None:
+    """A calibrated model's line: NLL and ECE without / with its temperature, and the risk at
+    its abstention threshold."""
+    if "temperature" not in metrics:
+        return
+    stderr.print(
+        f"calibrated (temperature {metrics['temperature']:.4g}): NLL "
+        f"{metrics['nll_uncalibrated']:.3f} -> {metrics['nll']:.3f}, ECE "
+        f"{metrics['ece_uncalibrated']:.3f} -> {metrics['ece']:.3f}",
+        highlight=False,
+    )
+    if "abstain_coverage" in metrics:
+        stderr.print(
+            f"abstains on {1 - metrics['abstain_coverage']:.1%}: error rate "
+            f"{metrics['abstain_risk']:.4f} on the {metrics['abstain_coverage']:.1%} answered "
+            f"(all answered: {1 - metrics['acc']:.4f})",
+            highlight=False,
+        )

@@ -30,6 +30,11 @@ AGGREGATION = "mean_probs"  # probs = mean over members of softmax(member_logits
 NOISE_INPUT = "noise"
 META_NOISE = "uqc.noise"
 
+# `uqc calibrate`: JSON {"temperature": T, "abstain": {"score", "threshold", "coverage"}}.
+# The temperature is already in the graph (member logits are divided by T); the abstention
+# rule is applied by the Predictor: abstain when the named score exceeds the threshold.
+META_CALIBRATION = "uqc.calibration"
+
 FORMAT_VERSION = "1"
 TOKENIZER_FILE = "tokenizer.json"
 ONNX_FILE = "model.onnx"

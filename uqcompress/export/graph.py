@@ -2,7 +2,8 @@
 
 Every model is read through `models.outputs.member_logits` (`[B, M, C]`): a classifier is
 M = 1, ensembles (Hydra, SVE) return their own M; sampling models (DIRECTOR) also take their
-noise as a graph input.
+noise as a graph input. A calibrated model's temperature is baked in: every graph divides
+the member logits by T before the uncertainty outputs (T = 1 adds no node).
 """
 
 from __future__ import annotations
@@ -14,19 +15,30 @@ from uqcompress.models.outputs import member_logits
 from uqcompress.uq.functional import uncertainty_outputs
 
 
+class _Graph(nn.Module):
+    """What every graph holds: the model and the temperature its logits are divided by."""
+
+    def __init__(self, model: nn.Module, temperature: float = 1.0):
+        super().__init__()
+        self.model = model
+        self.temperature = float(temperature)
+
+    def _outputs(self, logits: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Shape: member logits `[B, M, C]` -> the contract's four outputs."""
+        if self.temperature != 1.0:
+            logits = logits / self.temperature
+        return _outputs(logits)
+
+
 def _outputs(logits: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """Shape: member logits `[B, M, C]` -> the contract's four outputs."""
     outputs = uncertainty_outputs(logits)
     return logits.float(), outputs.probs, outputs.entropy, outputs.mutual_info
 
 
-class TextGraph(nn.Module):
+class TextGraph(_Graph):
     """Shape: input_ids, attention_mask, token_type_ids `[B, T]` -> member_logits `[B, M, C]`,
     probs `[B, C]`, entropy `[B]`, mutual_info `[B]`."""
-
-    def __init__(self, model: nn.Module):
-        super().__init__()
-        self.model = model
 
     def forward(
         self,
@@ -39,31 +51,23 @@ class TextGraph(nn.Module):
             "attention_mask": attention_mask,
             "token_type_ids": token_type_ids,
         }
-        return _outputs(member_logits(self.model, inputs))
+        return self._outputs(member_logits(self.model, inputs))
 
 
-class ImageGraph(nn.Module):
+class ImageGraph(_Graph):
     """Shape: pixel_values `[B, C, H, W]` -> member_logits `[B, M, C]`, probs `[B, C]`,
     entropy `[B]`, mutual_info `[B]`."""
 
-    def __init__(self, model: nn.Module):
-        super().__init__()
-        self.model = model
-
     def forward(self, pixel_values: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        return _outputs(member_logits(self.model, {"pixel_values": pixel_values}))
+        return self._outputs(member_logits(self.model, {"pixel_values": pixel_values}))
 
 
-class SampledTextGraph(nn.Module):
+class SampledTextGraph(_Graph):
     """A sampling model (DIRECTOR) with its noise as an input.
 
     Shape: input_ids, attention_mask, token_type_ids `[B, T]`, noise `[B, S, K, T, d]` ->
     member_logits `[B, S, C]`, probs, entropy, mutual_info.
     """
-
-    def __init__(self, model: nn.Module):
-        super().__init__()
-        self.model = model
 
     def forward(
         self,
@@ -78,19 +82,15 @@ class SampledTextGraph(nn.Module):
             token_type_ids=token_type_ids,
             noise=noise,
         )
-        return _outputs(out.member_logits)
+        return self._outputs(out.member_logits)
 
 
-class SampledImageGraph(nn.Module):
+class SampledImageGraph(_Graph):
     """Shape: pixel_values `[B, C, H, W]`, noise `[B, S, K, T, d]` -> member_logits
     `[B, S, C]`, probs, entropy, mutual_info."""
 
-    def __init__(self, model: nn.Module):
-        super().__init__()
-        self.model = model
-
     def forward(self, pixel_values: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        return _outputs(self.model(pixel_values=pixel_values, noise=noise).member_logits)
+        return self._outputs(self.model(pixel_values=pixel_values, noise=noise).member_logits)
 
 
 def takes_noise(model: nn.Module) -> bool:
@@ -98,11 +98,13 @@ def takes_noise(model: nn.Module) -> bool:
     return hasattr(model, "noise_shape")
 
 
-def graph_for(model: nn.Module, input_kind: str) -> nn.Module:
-    """The exportable module for a model, in eval mode."""
+def graph_for(model: nn.Module, input_kind: str, temperature: float = 1.0) -> nn.Module:
+    """The exportable module for a model, in eval mode; `temperature` divides its logits."""
     graph: nn.Module
     if takes_noise(model):
-        graph = SampledTextGraph(model) if input_kind == "text" else SampledImageGraph(model)
+        sampled = SampledTextGraph if input_kind == "text" else SampledImageGraph
+        graph = sampled(model, temperature)
         return graph.eval()
-    graph = TextGraph(model) if input_kind == "text" else ImageGraph(model)
+    plain = TextGraph if input_kind == "text" else ImageGraph
+    graph = plain(model, temperature)
     return graph.eval()

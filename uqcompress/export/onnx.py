@@ -168,6 +168,8 @@ def metadata_for(
                 "seed": int(model.spec.seed),
             }
         )
+    if loaded.calibration is not None:
+        noise[contract.META_CALIBRATION] = json.dumps(loaded.calibration.to_dict())
     return {
         **noise,
         contract.META_FORMAT: contract.FORMAT_VERSION,

@@ -18,6 +18,7 @@ import numpy.typing as npt
 
 from uqcompress.errors import ArtifactError, DataError
 from uqcompress.export import contract
+from uqcompress.uq.calibration import Calibration, abstain_scores, abstains
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,8 @@ class Prediction:
     entropy: npt.NDArray[np.float32]
     mutual_info: npt.NDArray[np.float32]
     labels: list[str]
+    # `[N]` bool, True where the model abstains; None when the model has no abstention rule
+    abstain: npt.NDArray[np.bool_] | None = None
 
 
 def _providers(device: str) -> list[str]:
@@ -79,6 +82,12 @@ class Predictor:
         # Sampling models: the noise spec; draws come from a NumPy generator seeded per call.
         self.noise: dict[str, Any] | None = (
             json.loads(meta[contract.META_NOISE]) if contract.META_NOISE in meta else None
+        )
+        # `uqc calibrate`: the temperature is in the graph; the abstention rule is applied here.
+        self.calibration = (
+            Calibration.from_dict(json.loads(meta[contract.META_CALIBRATION]))
+            if contract.META_CALIBRATION in meta
+            else None
         )
         self._tokenizer: Any = None
         if self.input_kind == "text":
@@ -167,12 +176,18 @@ class Predictor:
         member_logits, probs, entropy, mutual_info = self.session.run(
             list(contract.OUTPUT_NAMES), {name: inputs[name] for name in self.input_names}
         )
+        rule = self.calibration.abstain if self.calibration is not None else None
         return Prediction(
             member_logits=member_logits,
             probs=probs,
             entropy=entropy,
             mutual_info=mutual_info,
             labels=[self.labels[i] for i in np.argmax(probs, axis=1)],
+            abstain=(
+                abstains(rule, abstain_scores(probs, entropy, mutual_info))
+                if rule is not None
+                else None
+            ),
         )
 
     def predict_texts(self, texts: list[str], batch_size: int = 64) -> Prediction:
@@ -193,4 +208,9 @@ class Predictor:
             entropy=np.concatenate([p.entropy for p in parts]),
             mutual_info=np.concatenate([p.mutual_info for p in parts]),
             labels=[label for p in parts for label in p.labels],
+            abstain=(
+                np.concatenate([p.abstain for p in parts if p.abstain is not None])
+                if parts[0].abstain is not None
+                else None
+            ),
         )

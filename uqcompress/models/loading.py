@@ -14,6 +14,7 @@ from uqcompress.artifacts.reader import read_manifest
 from uqcompress.errors import ArtifactError, ConfigError
 from uqcompress.models.families import Family, family_for_config
 from uqcompress.models.preprocessing import ImagePreprocessing
+from uqcompress.uq.calibration import Calibration
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
@@ -158,6 +159,10 @@ class LoadedModel:
     tokenizer: PreTrainedTokenizerBase | None = None
     preprocessing: ImagePreprocessing | None = None
     new_head_keys: list[str] = field(default_factory=list)  # classifier weights initialised
+    # `uqc calibrate`'s temperature and abstention rule, taken out of the config on load so
+    # that a step deriving a new model from this one (finetune, prune, ...) never carries a
+    # stale calibration forward; `save_model(keep_calibration=True)` writes it back.
+    calibration: Calibration | None = None
 
     @property
     def input_kind(self) -> str:
@@ -256,12 +261,28 @@ def load_model(source: ModelSource) -> LoadedModel:
     return _finish(loaded, path)
 
 
+CALIBRATION_KEY = "uqc_calibration"
+
+
 def _finish(loaded: LoadedModel, path: Path) -> LoadedModel:
-    """Attach the tokenizer or image preprocessing saved beside the weights."""
+    """Attach the tokenizer or image preprocessing saved beside the weights, and take the
+    calibration out of the config."""
     from transformers import AutoTokenizer
 
     family = loaded.family
     config = loaded.config
+    raw = getattr(config, CALIBRATION_KEY, None)
+    if raw is not None:
+        try:
+            loaded.calibration = Calibration.from_dict(raw)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ArtifactError(
+                f"{path}/config.json has an unreadable {CALIBRATION_KEY} ({exc!r})",
+                hint="re-create the model with uqc calibrate",
+            ) from exc
+        for each in {id(config): config, id(loaded.model.config): loaded.model.config}.values():
+            if hasattr(each, CALIBRATION_KEY):
+                delattr(each, CALIBRATION_KEY)
     if family.input_kind == "text":
         if not any((path / name).is_file() for name in _TOKENIZER_FILES):
             raise ArtifactError(
@@ -364,12 +385,30 @@ def _load_director(path: Path, config: Any, family: Family) -> LoadedModel:
     return LoadedModel(model=model, family=family, config=config, labels=labels_of(config))
 
 
-def save_model(loaded: LoadedModel, directory: Path) -> None:
+def save_model(loaded: LoadedModel, directory: Path, keep_calibration: bool = False) -> None:
     """Write weights (safetensors), config, tokenizer or preprocessing into ``directory``.
 
     The result loads with plain `transformers.AutoModelFor...from_pretrained(directory)`.
+    The calibration goes into config.json only with ``keep_calibration`` (`uqc calibrate`
+    and the safetensors export): a model derived from a calibrated one is not calibrated.
     """
     quiet_transformers()
+    config = loaded.model.config
+    if keep_calibration and loaded.calibration is not None:
+        setattr(config, CALIBRATION_KEY, loaded.calibration.to_dict())
+        try:
+            _save_weights_and_config(loaded, directory)
+        finally:
+            delattr(config, CALIBRATION_KEY)
+    else:
+        _save_weights_and_config(loaded, directory)
+    if loaded.tokenizer is not None:
+        loaded.tokenizer.save_pretrained(str(directory))
+    if loaded.preprocessing is not None:
+        loaded.preprocessing.save(directory)
+
+
+def _save_weights_and_config(loaded: LoadedModel, directory: Path) -> None:
     config = loaded.model.config
     if any(getattr(config, key, None) is not None for key in ("uqc_kept_heads", *ENSEMBLE_KEYS)):
         # A head-pruned model or an ensemble model (Hydra, SVE): transformers would rename
@@ -386,7 +425,14 @@ def save_model(loaded: LoadedModel, directory: Path) -> None:
         )
     else:
         loaded.model.save_pretrained(str(directory), safe_serialization=True)
-    if loaded.tokenizer is not None:
-        loaded.tokenizer.save_pretrained(str(directory))
-    if loaded.preprocessing is not None:
-        loaded.preprocessing.save(directory)
+
+
+def calibration_dropped(loaded: LoadedModel, path: Path | str) -> str | None:
+    """The warning for a step that derives a new model from a calibrated one: its temperature
+    no longer fits the new model, so it is not carried over."""
+    if loaded.calibration is None:
+        return None
+    return (
+        f"{path} was calibrated (temperature {loaded.calibration.temperature:.4g}); the "
+        "calibration is not carried over to this new model: run uqc calibrate on it"
+    )

@@ -88,9 +88,11 @@ def run(
     )
 
     def build(writer: ArtifactWriter) -> None:
-        from uqcompress.models.loading import load_model
+        from uqcompress.models.loading import calibration_dropped, load_model
 
         teacher = load_model(source)
+        if (dropped := calibration_dropped(teacher, source.path)) is not None:
+            writer.warn(dropped)
         writer.summary.update(_distill(teacher, cfg, train_cfg, train_data, val_data, writer))
 
     return build_or_reuse(plan, out, force, build)

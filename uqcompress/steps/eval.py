@@ -127,6 +127,9 @@ def run(
                 "examples": n,
             }
         )
+        calibration = sources[0].calibration if len(sources) == 1 else None
+        if calibration is not None:
+            metrics.update(_calibration_metrics(calibration, outputs, label_ids))
         in_scores = m.uncertainty_scores(member_probs)
         ood_scores: dict[str, dict[str, np.ndarray]] = {}
         for ood in ood_sets:
@@ -161,3 +164,24 @@ def run(
 
 def _jsonable(values: np.ndarray) -> list[float | None]:
     return [None if np.isnan(v) else float(v) for v in values]
+
+
+def _calibration_metrics(calibration: Any, outputs: Any, label_ids: np.ndarray) -> dict[str, Any]:
+    """A calibrated model (uqc calibrate): its temperature, NLL and ECE without it (the
+    logits times T), and with an abstention rule the coverage and risk it reaches here."""
+    from uqcompress.uq import metrics as m
+    from uqcompress.uq.calibration import abstain_scores, abstains, selective_risk
+
+    raw_probs = m.softmax(outputs.member_logits * calibration.temperature).mean(axis=1)
+    result: dict[str, Any] = {
+        "temperature": calibration.temperature,
+        "nll_uncalibrated": m.nll(raw_probs, label_ids),
+        "ece_uncalibrated": m.ece(raw_probs, label_ids, n_bins=ECE_BINS),
+    }
+    rule = calibration.abstain
+    if rule is not None:
+        scores = abstain_scores(outputs.probs, outputs.entropy, outputs.mutual_info)
+        coverage, risk = selective_risk(outputs.probs, label_ids, ~abstains(rule, scores))
+        result["abstain_coverage"] = coverage
+        result["abstain_risk"] = risk
+    return result

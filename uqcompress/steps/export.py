@@ -85,8 +85,15 @@ def _write_safetensors(loaded: Any, writer: ArtifactWriter) -> None:
     from uqcompress.models.loading import save_model
     from uqcompress.steps.init import model_summary
 
-    save_model(loaded, writer.dir)
+    save_model(loaded, writer.dir, keep_calibration=True)
     writer.summary.update(model_summary(loaded))
+    if loaded.calibration is not None:
+        writer.summary["calibration"] = loaded.calibration.to_dict()
+        writer.warn(
+            f"config.json keeps the calibration (uqc_calibration: temperature "
+            f"{loaded.calibration.temperature:.4g}); plain transformers does not apply it: "
+            "divide the logits by the temperature yourself, or load with uqcompress"
+        )
     from uqcompress.models.loading import ENSEMBLE_KEYS, ENSEMBLE_NAMES
 
     ensemble = [key for key in ENSEMBLE_KEYS if getattr(loaded.config, key, None) is not None]
@@ -129,7 +136,9 @@ def _write_onnx(
     )
     from uqcompress.export.runtime import Predictor
 
-    graph = graph_for(loaded.model, loaded.input_kind)  # the reference of the parity gate
+    temperature = loaded.calibration.temperature if loaded.calibration is not None else 1.0
+    # the reference of the parity gate (a calibrated model's temperature included)
+    graph = graph_for(loaded.model, loaded.input_kind, temperature)
     exported = graph
     if cfg.materialize:
         from uqcompress.methods.sve import is_sve_config, materialize
@@ -139,7 +148,7 @@ def _write_onnx(
                 "--materialize applies to Singular Value Ensembles (uqc svd-ensemble)",
                 hint="drop --materialize",
             )
-        exported = graph_for(materialize(loaded.model), loaded.input_kind)
+        exported = graph_for(materialize(loaded.model), loaded.input_kind, temperature)
         writer.summary["sve_form"] = "materialized"
     elif getattr(loaded.config, "uqc_sve", None) is not None:
         writer.summary["sve_form"] = "factorised"
@@ -175,4 +184,6 @@ def _write_onnx(
             "parity_data": examples.spec,
         }
     )
+    if loaded.calibration is not None:
+        writer.summary["calibration"] = loaded.calibration.to_dict()
     stderr.print(f"[green]parity ok[/green]: {report.describe()}")

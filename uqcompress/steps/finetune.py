@@ -132,12 +132,19 @@ def _train_into(
     from uqcompress.data.encoding import encode, make_loader
     from uqcompress.data.labels import map_labels
     from uqcompress.inference import predict_logits
-    from uqcompress.models.loading import has_default_labels, load_model, save_model
+    from uqcompress.models.loading import (
+        calibration_dropped,
+        has_default_labels,
+        load_model,
+        save_model,
+    )
     from uqcompress.steps.init import model_summary
     from uqcompress.train import train
     from uqcompress.uq.metrics import accuracy, softmax
 
     loaded = load_model(source)
+    if (dropped := calibration_dropped(loaded, source.path)) is not None:
+        warnings.append(dropped)
     from uqcompress.data.encoding import check_input_kind
 
     for each in [train_data] + ([val_data] if val_data is not None else []):

@@ -50,10 +50,18 @@ def run(
     def build(writer: ArtifactWriter) -> None:
         from uqcompress.console import stderr
         from uqcompress.methods.hydra import check_fusable, fuse, mlp_spread
-        from uqcompress.models.loading import load_model, resolve_model_source, save_model
+        from uqcompress.models.loading import (
+            calibration_dropped,
+            load_model,
+            resolve_model_source,
+            save_model,
+        )
         from uqcompress.steps.init import model_summary
 
         loaded = [load_model(resolve_model_source(p)) for p in members.paths]
+        for each, path in zip(loaded, members.paths, strict=True):
+            if (dropped := calibration_dropped(each, path)) is not None:
+                writer.warn(dropped)
         check_fusable(loaded, members.names)
         stderr.print(f"[dim]fusing {len(loaded)} {loaded[0].family.name} members...[/dim]")
         hydra = fuse(loaded)

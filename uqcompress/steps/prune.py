@@ -116,10 +116,12 @@ def run(
 
         from uqcompress.methods.pruning import select_heads
         from uqcompress.models.gates import heads_per_layer
-        from uqcompress.models.loading import load_model, save_model
+        from uqcompress.models.loading import calibration_dropped, load_model, save_model
         from uqcompress.models.surgery import kept_heads, prune_heads
 
         loaded = load_model(source)
+        if (dropped := calibration_dropped(loaded, source.path)) is not None:
+            writer.warn(dropped)
         score = load_file(str(scores.file("scores.safetensors")))["score"]
         heads = heads_per_layer(loaded)
         if score.dim() == 3:
@@ -217,11 +219,13 @@ def _run_members(
             select_member_heads,
         )
         from uqcompress.models.gates import heads_per_layer
-        from uqcompress.models.loading import load_model, save_model
+        from uqcompress.models.loading import calibration_dropped, load_model, save_model
         from uqcompress.models.surgery import prune_heads
 
         score = load_file(str(scores.file("scores.safetensors")))["score"]
         base = load_model(source)
+        if (dropped := calibration_dropped(base, source.path)) is not None:
+            writer.warn(dropped)
         heads = heads_per_layer(base)
         if tuple(score.shape[-2:]) != (len(heads), max(heads)) or len(set(heads)) != 1:
             raise IncompatibleInputError(

@@ -1,0 +1,330 @@
+"""`uqc run`: recipes checked as a whole, run like a build tool, gated."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from uqcompress.recipe.parse import RecipeError, load_recipe
+
+LABELS = '["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"]'
+
+TINY = f"""# A tiny ViT on digits: init, one epoch, eval (for tests).
+[vars]
+train = "builtin:digits@train"
+test = "builtin:digits@test"
+epochs = 1
+
+[steps.init]
+run = "init"
+family = "vit"
+labels = {LABELS}
+
+[steps.base]
+run = "finetune"
+model = "@init"
+data = "${{vars.train}}"
+epochs = "${{vars.epochs}}"
+lr = 2e-3
+batch_size = 64
+
+[steps.eval]
+run = "eval"
+models = ["@base"]
+data = "${{vars.test}}"
+ood = ["builtin:photo-patches"]
+
+[gate]
+acc = ">= 0.0"
+"""
+
+
+def _write(tmp_path: Path, text: str, name: str = "recipe.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _report(result: Any) -> dict[str, Any]:
+    assert result.code == 0, result.err
+    report: dict[str, Any] = json.loads(result.out)
+    return report
+
+
+# --- checking ---------------------------------------------------------------------------
+
+
+def test_every_problem_of_a_recipe_is_reported_at_once(
+    cli: Callable[..., Any], tmp_path: Path, _artifacts_root: Path
+) -> None:
+    broken = _write(
+        tmp_path,
+        """# broken on purpose
+[vars]
+train = "builtin:digits@train"
+
+[steps.init]
+run = "init"
+family = "vit"
+colour = "blue"
+
+[steps.base]
+run = "finetune"
+model = "@init"
+data = "${vars.missing}"
+epochs = "many"
+
+[steps.eval]
+run = "eval"
+models = ["@nope"]
+data = "builtin:digits@test"
+
+[steps.extra]
+run = "deploy"
+
+[steps.score]
+run = "score"
+
+[gate]
+accuracy = ">= 0.9"
+ece = "small"
+
+[publish]
+to = "s3"
+""",
+    )
+    with pytest.raises(RecipeError) as caught:
+        load_recipe(broken)
+    problems = caught.value.problems
+    expected = [
+        "publish: unknown table",
+        "steps.init.colour: not an option of uqc init",
+        "steps.base.data: ${vars.missing} is not defined",
+        "steps.base.epochs: expected an integer, got 'many'",
+        "steps.eval.models: @nope names no step",
+        "steps.extra.run: 'deploy'; name a step command",
+        "steps.score: missing 'model'",
+        "gate.accuracy: unknown metric 'accuracy'",
+        "gate.ece: cannot parse",
+    ]
+    for needle in expected:
+        assert any(needle in p for p in problems), (needle, problems)
+    assert len(problems) == len(expected), problems
+    # On the command line: one block listing them, exit 1, nothing run or written.
+    result = cli("run", broken)
+    assert result.code == 1
+    assert result.out == ""
+    assert "has 9 problems" in result.err and "steps.base.epochs" in result.err
+    assert not _artifacts_root.exists()
+
+
+def test_cycles_and_forward_references(tmp_path: Path) -> None:
+    cyclic = _write(
+        tmp_path,
+        """# a cycle
+[steps.a]
+run = "finetune"
+model = "@b"
+data = "builtin:digits@train"
+
+[steps.b]
+run = "finetune"
+model = "@a"
+data = "builtin:digits@train"
+""",
+    )
+    with pytest.raises(RecipeError, match=r"@a -> @b -> @a form a cycle"):
+        load_recipe(cyclic)
+    # A step may be written before the step it uses: it runs after it.
+    forward = _write(
+        tmp_path,
+        f"""# forward
+[steps.tuned]
+run = "finetune"
+model = "@init"
+data = "builtin:digits@train"
+
+[steps.init]
+run = "init"
+family = "vit"
+labels = {LABELS}
+""",
+        "forward.toml",
+    )
+    assert [s.name for s in load_recipe(forward).steps] == ["init", "tuned"]
+
+
+def test_set_overrides_vars_steps_and_gate(tmp_path: Path) -> None:
+    path = _write(tmp_path, TINY)
+    recipe = load_recipe(
+        path,
+        [
+            "vars.epochs=3",
+            "vars.test=builtin:digits@val",
+            "steps.base.lr=0.01",
+            "steps.base.seed=7",  # not in the file: any option of the command may be set
+            "gate.ece=<= 0.2",
+        ],
+    )
+    base = next(s for s in recipe.steps if s.name == "base")
+    assert base.values["epochs"] == 3 and base.values["lr"] == 0.01 and base.values["seed"] == 7
+    evaluation = next(s for s in recipe.steps if s.name == "eval")
+    assert evaluation.values["data"] == "builtin:digits@val"
+    assert recipe.gate is not None
+    assert [str(b) for b in recipe.gate.bounds] == ["acc>=0", "ece<=0.2"]
+
+
+@pytest.mark.parametrize(
+    ("override", "needle"),
+    [
+        ("vars.tarin=x.csv", "no variable 'tarin' in [vars] (it has: epochs, test, train)"),
+        ("steps.bse.epochs=2", "no step 'bse'"),
+        ("steps.base.epoch=2", "steps.base.epoch: not an option of uqc finetune"),
+        ("vars.epochs=two", "expected an integer, got 'two'"),
+        ("model=x", "no such key"),
+        ("gate.speed=>= 1", "unknown metric 'speed'"),
+        ("novalue", "expected KEY=VALUE"),
+    ],
+)
+def test_bad_set_is_one_clear_error(
+    cli: Callable[..., Any], tmp_path: Path, override: str, needle: str, _artifacts_root: Path
+) -> None:
+    result = cli("run", _write(tmp_path, TINY), "--set", override)
+    assert result.code == 1
+    assert needle in result.err, result.err
+    assert not _artifacts_root.exists()
+
+
+# --- running ------------------------------------------------------------------------------
+
+
+def test_a_rerun_reuses_every_artifact_and_dry_run_says_so(
+    cli: Callable[..., Any], tmp_path: Path
+) -> None:
+    recipe = _write(tmp_path, TINY)
+    plan = cli("run", recipe, "--dry-run", "--json")
+    planned = _report(plan)["steps"]
+    assert [s["status"] for s in planned.values()] == ["would build"] * 3
+    assert "0 would be reused, 3 would be built" in plan.err
+
+    first = cli("run", recipe, "--json")
+    built = _report(first)
+    assert [s["status"] for s in built["steps"].values()] == ["built"] * 3
+    assert built["path"] == built["steps"]["eval"]["path"]
+    assert built["gate"]["passed"] is True
+    assert planned["init"]["path"] == built["steps"]["init"]["path"]  # the plan was right
+
+    again = cli("run", recipe, "--json")
+    reused = _report(again)
+    assert [s["status"] for s in reused["steps"].values()] == ["reused"] * 3
+    assert {n: s["id"] for n, s in reused["steps"].items()} == {
+        n: s["id"] for n, s in built["steps"].items()
+    }
+    assert "3 steps: 0 built, 3 reused" in again.err
+    assert "epoch" not in again.err.lower()  # no training progress: nothing re-executed
+
+    plain = cli("run", recipe)
+    assert plain.code == 0
+    assert plain.out.strip().splitlines()[-1] == built["path"]  # last line: the last artifact
+    replanned = _report(cli("run", recipe, "--dry-run", "--json"))
+    assert [s["status"] for s in replanned["steps"].values()] == ["would reuse"] * 3
+
+    # Changing one option rebuilds that step and what follows, not what precedes it.
+    changed = _report(cli("run", recipe, "--json", "--set", "vars.epochs=2"))
+    assert [s["status"] for s in changed["steps"].values()] == ["reused", "built", "built"]
+
+
+def test_a_failed_step_is_named_and_a_rerun_resumes(
+    cli: Callable[..., Any], tmp_path: Path
+) -> None:
+    missing = tmp_path / "later.csv"
+    recipe = _write(
+        tmp_path,
+        TINY.replace('ood = ["builtin:photo-patches"]', f'ood = ["{missing}"]'),
+    )
+    failed = cli("run", recipe)
+    assert failed.code == 1
+    assert "step 'eval' (uqc eval) failed:" in failed.err
+    assert "rerunning the recipe resumes here" in failed.err
+    assert failed.out == ""
+    missing.write_text("text,label\nfoo,1\n", encoding="utf-8")  # the fix
+    # image model, text data: still wrong - but only eval runs again
+    rerun = cli("run", recipe, "--json")
+    assert rerun.code == 1 and "step 'eval'" in rerun.err
+    assert "[1/3] init" in rerun.err and "init: reused" in rerun.err
+    assert "base: reused" in rerun.err
+
+
+def test_an_interrupted_run_resumes(
+    cli: Callable[..., Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from uqcompress.steps import eval as eval_step
+
+    real = eval_step.run
+    calls = {"n": 0}
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(eval_step, "run", interrupted)
+    recipe = _write(tmp_path, TINY)
+    stopped = cli("run", recipe)
+    assert stopped.code == 130
+    assert "interrupted in step 'eval': the 2 finished steps are kept" in stopped.err
+    resumed = _report(cli("run", recipe, "--json"))
+    assert [s["status"] for s in resumed["steps"].values()] == ["reused", "reused", "built"]
+
+
+def test_a_failing_gate_exits_3_naming_the_bound(cli: Callable[..., Any], tmp_path: Path) -> None:
+    recipe = _write(tmp_path, TINY)
+    result = cli("run", recipe, "--set", "gate.acc=>= 0.99")
+    assert result.code == 3
+    assert "quality gate failed on step 'eval': acc = " in result.err
+    assert "fails acc>=0.99" in result.err
+    assert Path(result.out.strip()).is_dir()  # the artifacts are written all the same
+
+
+def test_ratio_gates_against_a_baseline(cli: Callable[..., Any], tmp_path: Path) -> None:
+    recipe = _write(
+        tmp_path,
+        TINY.replace('[gate]\nacc = ">= 0.0"\n', "")
+        + """
+[steps.scores]
+run = "score"
+model = "@base"
+method = "l2"
+
+[steps.pruned]
+run = "prune"
+input = "@scores"
+ratio = 0.5
+
+[steps.pruned_eval]
+run = "eval"
+models = ["@pruned"]
+data = "${vars.test}"
+
+[gate]
+step = "pruned_eval"
+baseline = "eval"
+params_ratio = "< 1"
+flops_ratio = "< 0.9"
+""",
+    )
+    report = _report(cli("run", recipe, "--json"))
+    values = report["gate"]["values"]
+    assert report["gate"]["passed"] and report["gate"]["step"] == "pruned_eval"
+    assert 0.5 < values["params_ratio"] < 1
+    assert 0.3 < values["flops_ratio"] < 0.9
+
+
+def test_ratio_gate_needs_a_baseline(tmp_path: Path) -> None:
+    with pytest.raises(RecipeError, match=r"a ratio needs gate\.baseline"):
+        load_recipe(_write(tmp_path, TINY.replace('acc = ">= 0.0"', 'params_ratio = "< 1"')))

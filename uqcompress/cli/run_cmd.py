@@ -1,0 +1,105 @@
+"""`uqc run`: a recipe's steps in order, reusing finished artifacts; gates exit 3."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from uqcompress.cli.options import Json
+
+
+def run_recipe(
+    recipe: Annotated[
+        Path, typer.Argument(help="A recipe file, e.g. recipes/hydra-vit-digits.toml.")
+    ],
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            help="Override a recipe value (repeatable): vars.NAME=V, steps.STEP.OPTION=V or "
+            "gate.METRIC='>= 0.9'.",
+            show_default=False,
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Check the recipe and print the plan: each step's artifact and whether it "
+            "would be reused or built. Runs nothing.",
+        ),
+    ] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Rebuild every step, replacing finished artifacts.")
+    ] = False,
+    artifacts: Annotated[
+        Path | None,
+        typer.Option(
+            "--artifacts",
+            help="Where steps without 'out' write: <DIR>/<kind>-<id8>. Default: "
+            "$UQC_ARTIFACTS or ./artifacts.",
+            show_default=False,
+        ),
+    ] = None,
+    json_out: Json = False,
+) -> None:
+    """Run a recipe: every step in order, reusing any artifact with the same id (a rerun of
+    an unchanged recipe does no work; a failed or interrupted run resumes), then check its
+    [gate] (exit 3 naming the failing bound). stdout: the last step's artifact path."""
+    import json
+    import sys
+
+    from uqcompress.console import stderr
+    from uqcompress.recipe.parse import load_recipe
+    from uqcompress.recipe.runner import (
+        BUILT,
+        REUSED,
+        WOULD_REUSE,
+        GateFailed,
+        RunReport,
+    )
+    from uqcompress.recipe.runner import run_recipe as execute
+
+    checked = load_recipe(recipe, set_ or [])
+    previous = os.environ.get("UQC_ARTIFACTS")
+    if artifacts is not None:
+        os.environ["UQC_ARTIFACTS"] = str(artifacts)
+    failed: GateFailed | None = None
+    report: RunReport | None
+    try:
+        try:
+            report = execute(checked, dry_run=dry_run, force=force)
+        except GateFailed as exc:
+            failed = exc
+            report = exc.report
+    finally:
+        if artifacts is not None:
+            if previous is None:
+                os.environ.pop("UQC_ARTIFACTS", None)
+            else:
+                os.environ["UQC_ARTIFACTS"] = previous
+    assert isinstance(report, RunReport)
+    counts = {s: sum(o.status == s for o in report.steps) for s in (BUILT, REUSED, WOULD_REUSE)}
+    if dry_run:
+        stderr.print(
+            f"plan: {len(report.steps)} steps, {counts[WOULD_REUSE]} would be reused, "
+            f"{len(report.steps) - counts[WOULD_REUSE]} would be built",
+            highlight=False,
+        )
+    else:
+        stderr.print(
+            f"{len(report.steps)} steps: {counts[BUILT]} built, {counts[REUSED]} reused",
+            highlight=False,
+        )
+        if report.gate is not None and report.gate["passed"]:
+            stderr.print(f"[green]gate passed[/green]: {report.gate['expression']}")
+    if json_out:
+        sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
+    elif report.last_path is not None:
+        sys.stdout.write(f"{report.last_path}\n")
+    sys.stdout.flush()
+    if failed is not None:
+        raise failed

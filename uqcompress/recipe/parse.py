@@ -1,0 +1,370 @@
+"""Read a recipe, apply `--set` overrides, and check the whole file before anything runs.
+
+TOML parsers give no line numbers for values, so every problem is reported by its key path
+(`steps.base.epochs`), and all of them at once: a user fixes a recipe in one round.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from uqcompress.errors import ConfigError
+from uqcompress.gates import Bound
+from uqcompress.recipe.commands import RESERVED, STEP_COMMANDS, Param, command
+
+REFERENCE = re.compile(r"^@([A-Za-z0-9_-]+)$")
+VARIABLE = re.compile(r"\$\{vars\.([A-Za-z0-9_-]+)\}")
+TOP_LEVEL = ("vars", "steps", "gate")
+GATE_KEYS = ("step", "baseline")  # the rest of [gate] are metric bounds
+RATIO_METRICS = ("params_ratio", "flops_ratio")  # need gate.baseline
+# Reported by `eval` for a model made by `uqc calibrate`.
+CALIBRATION_METRICS = (
+    "temperature",
+    "nll_uncalibrated",
+    "ece_uncalibrated",
+    "abstain_coverage",
+    "abstain_risk",
+)
+
+
+@dataclass(frozen=True)
+class Ref:
+    """`"@name"`: the artifact path of step `name`, known once it has run."""
+
+    step: str
+
+
+@dataclass
+class Step:
+    name: str
+    command: str
+    values: dict[str, Any]  # checked values by recipe key; Ref where a step's output goes
+    needs: list[str] = field(default_factory=list)  # steps referenced, in key order
+
+
+@dataclass
+class Gate:
+    step: str  # the eval step whose metrics are bounded
+    baseline: str | None  # eval step the *_ratio metrics divide by
+    bounds: list[Bound]
+
+
+@dataclass
+class Recipe:
+    path: Path
+    variables: dict[str, Any]
+    steps: list[Step]  # in run order: file order, moved after the steps they reference
+    gate: Gate | None
+
+
+class RecipeError(ConfigError):
+    """Every problem of a recipe, one per line."""
+
+    def __init__(self, path: Path, problems: list[str]) -> None:
+        message = (
+            f"recipe {path}: {problems[0]}"
+            if len(problems) == 1
+            else f"recipe {path} has {len(problems)} problems:\n"
+            + "\n".join(f"  {p}" for p in problems)
+        )
+        super().__init__(
+            message,
+            hint="fix the keys named above; uqc run --dry-run checks a recipe without running it",
+        )
+        self.problems = problems
+
+
+def load_recipe(path: Path, overrides: list[str] | None = None) -> Recipe:
+    """Parse, override and check a recipe; raises RecipeError listing every problem."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"recipe {path} does not exist", hint="pass a recipes/*.toml file")
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"recipe {path} is not valid TOML: {exc}", hint="fix the syntax") from exc
+    problems: list[str] = []
+    _apply_overrides(raw, overrides or [], problems)
+    for key in raw:
+        if key not in TOP_LEVEL:
+            problems.append(f"{key}: unknown table (a recipe has {', '.join(TOP_LEVEL)})")
+    variables = _variables(raw.get("vars", {}), problems)
+    steps = _steps(raw.get("steps"), variables, problems)
+    ordered = _order(steps, problems)
+    gate = _gate(raw.get("gate"), steps, problems)
+    if problems:
+        raise RecipeError(path, problems)
+    return Recipe(path=path, variables=variables, steps=ordered, gate=gate)
+
+
+# --- overrides ------------------------------------------------------------------------------
+
+
+def _apply_overrides(raw: dict[str, Any], overrides: list[str], problems: list[str]) -> None:
+    """`--set vars.train=x.csv`, `--set steps.base.epochs=5`, `--set gate.acc=">= 0.9"`."""
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        parts = key.split(".")
+        where = f"--set {key}"
+        if not sep or not key:
+            problems.append(f"--set {item!r}: expected KEY=VALUE, e.g. vars.train=train.csv")
+        elif parts[0] == "vars" and len(parts) == 2:
+            table = raw.get("vars", {})
+            if parts[1] not in table:
+                known = ", ".join(sorted(table)) or "none"
+                problems.append(f"{where}: no variable {parts[1]!r} in [vars] (it has: {known})")
+            else:
+                table[parts[1]] = _typed_like(table[parts[1]], text, where, problems)
+        elif parts[0] == "steps" and len(parts) == 3:
+            step = (raw.get("steps") or {}).get(parts[1])
+            if not isinstance(step, dict):
+                known = ", ".join(raw.get("steps") or {}) or "none"
+                problems.append(f"{where}: no step {parts[1]!r} (steps: {known})")
+            elif parts[2] == "run":
+                problems.append(f"{where}: a step's command cannot be overridden")
+            else:
+                # the value's type is checked against the option like any other value
+                step[parts[2]] = _typed_like(step.get(parts[2], ""), text, where, problems)
+        elif parts[0] == "gate" and len(parts) >= 2:  # metric keys have dots themselves
+            raw.setdefault("gate", {})[key.removeprefix("gate.")] = text
+        else:
+            problems.append(
+                f"{where}: no such key (override vars.NAME, steps.STEP.OPTION or gate.METRIC)"
+            )
+
+
+def _typed_like(current: Any, text: str, where: str, problems: list[str]) -> Any:
+    """`--set` values arrive as text: read them as the type of the value they replace."""
+    if isinstance(current, bool):
+        if text.lower() in ("true", "false"):
+            return text.lower() == "true"
+        problems.append(f"{where}: expected true or false, got {text!r}")
+    elif isinstance(current, int | float):
+        try:
+            return type(current)(text)
+        except ValueError:
+            expected = "an integer" if isinstance(current, int) else "a number"
+            problems.append(f"{where}: expected {expected}, got {text!r}")
+    elif isinstance(current, list):
+        return [part.strip() for part in text.split(",")]
+    return text
+
+
+# --- vars and steps -------------------------------------------------------------------------
+
+
+def _variables(raw: Any, problems: list[str]) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        problems.append("vars: must be a table of values")
+        return {}
+    for key, value in raw.items():
+        if not isinstance(value, str | int | float | bool):
+            problems.append(f"vars.{key}: must be a string, number or boolean")
+    return dict(raw)
+
+
+def _steps(raw: Any, variables: dict[str, Any], problems: list[str]) -> list[Step]:
+    if not isinstance(raw, dict) or not raw:
+        problems.append("steps: a recipe needs at least one [steps.NAME] table")
+        return []
+    steps: list[Step] = []
+    for name, table in raw.items():
+        where = f"steps.{name}"
+        if not isinstance(table, dict):
+            problems.append(f"{where}: must be a table")
+            continue
+        run = table.get("run")
+        if not isinstance(run, str) or run not in STEP_COMMANDS:
+            problems.append(
+                f"{where}.run: {'missing' if run is None else repr(run)}; name a step command: "
+                f"{', '.join(STEP_COMMANDS)}"
+            )
+            continue
+        cmd = command(run)
+        step = Step(name=name, command=run, values={})
+        for key, value in table.items():
+            if key == "run":
+                continue
+            if key in RESERVED:
+                problems.append(f"{where}.{key}: set by the runner ({RESERVED[key]})")
+                continue
+            param = cmd.params.get(key)
+            if param is None:
+                options = ", ".join(k for k in cmd.params if k not in RESERVED)
+                problems.append(f"{where}.{key}: not an option of uqc {run} (options: {options})")
+                continue
+            expanded = _expand(value, variables, f"{where}.{key}", problems)
+            checked = _check(expanded, param, f"{where}.{key}", problems)
+            if checked is not None:
+                step.values[key] = checked
+        for param in cmd.params.values():
+            if param.required and param.key not in table:
+                problems.append(f"{where}: missing {param.key!r} (uqc {run} requires it)")
+        steps.append(step)
+    names = {s.name for s in steps} | {n for n in raw if isinstance(raw[n], dict)}
+    for step in steps:
+        for key, value in step.values.items():
+            for ref in _refs(value):
+                if ref.step not in names:
+                    problems.append(
+                        f"steps.{step.name}.{key}: @{ref.step} names no step "
+                        f"(steps: {', '.join(raw)})"
+                    )
+                elif ref.step not in step.needs:
+                    step.needs.append(ref.step)
+    return steps
+
+
+def _expand(value: Any, variables: dict[str, Any], where: str, problems: list[str]) -> Any:
+    """`${vars.x}` substituted; a value that is exactly one variable keeps its type."""
+    if isinstance(value, list):
+        return [_expand(v, variables, where, problems) for v in value]
+    if not isinstance(value, str):
+        return value
+    for name in VARIABLE.findall(value):
+        if name not in variables:
+            known = ", ".join(variables) or "none"
+            problems.append(f"{where}: ${{vars.{name}}} is not defined in [vars] ({known})")
+            return value
+    whole = VARIABLE.fullmatch(value)
+    if whole:
+        return variables[whole.group(1)]
+    return VARIABLE.sub(lambda m: str(variables[m.group(1)]), value)
+
+
+def _check(value: Any, param: Param, where: str, problems: list[str]) -> Any:
+    """The value as the option takes it, or None (with a problem recorded)."""
+    if param.many:
+        items = value if isinstance(value, list) else [value]
+        checked = [_scalar(v, param, where, problems) for v in items]
+        return None if any(c is None for c in checked) else checked
+    if isinstance(value, list):
+        if param.kind is str and all(isinstance(v, str | int | float) for v in value):
+            return ",".join(str(v) for v in value)  # e.g. labels = ["neg", "pos"]
+        problems.append(f"{where}: takes one value, got a list")
+        return None
+    return _scalar(value, param, where, problems)
+
+
+def _scalar(value: Any, param: Param, where: str, problems: list[str]) -> Any:
+    ref = REFERENCE.match(value) if isinstance(value, str) else None
+    if ref:
+        if param.kind is not str:
+            problems.append(f"{where}: @{ref.group(1)} is a path; this option takes a number")
+            return None
+        return Ref(ref.group(1))
+    kind = param.kind
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+    elif kind is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, str) and re.fullmatch(r"[-+]?\d+", value.strip()):
+            return int(value)
+    elif kind is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+    elif isinstance(value, str | int | float) and not isinstance(value, bool):
+        return str(value)
+    names = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+    problems.append(f"{where}: expected {names[kind]}, got {value!r}")
+    return None
+
+
+def _refs(value: Any) -> list[Ref]:
+    items = value if isinstance(value, list) else [value]
+    return [v for v in items if isinstance(v, Ref)]
+
+
+def _order(steps: list[Step], problems: list[str]) -> list[Step]:
+    """File order, except that a step runs after every step it references; cycles refused."""
+    by_name = {s.name: s for s in steps}
+    done: list[Step] = []
+    state: dict[str, str] = {}
+
+    def visit(step: Step, path: list[str]) -> None:
+        if state.get(step.name) == "done":
+            return
+        if state.get(step.name) == "visiting":
+            cycle = [*path[path.index(step.name) :], step.name]
+            problems.append(f"steps: {' -> '.join('@' + n for n in cycle)} form a cycle")
+            return
+        state[step.name] = "visiting"
+        for need in step.needs:
+            if need in by_name:
+                visit(by_name[need], [*path, step.name])
+        state[step.name] = "done"
+        done.append(step)
+
+    for step in steps:
+        visit(step, [])
+    return done
+
+
+# --- gate -----------------------------------------------------------------------------------
+
+
+def ood_name(spec: str) -> str:
+    """The set name `eval` builds metric keys from: builtin name or file stem."""
+    if spec.startswith("builtin:"):
+        return spec.removeprefix("builtin:").partition("@")[0]
+    return Path(spec).stem
+
+
+def _gate(raw: Any, steps: list[Step], problems: list[str]) -> Gate | None:
+    from uqcompress.gates import known_metrics, parse_gate
+
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        problems.append('gate: must be a table of METRIC = ">= NUMBER" bounds')
+        return None
+    evals = [s for s in steps if s.command == "eval"]
+    eval_names = ", ".join(s.name for s in evals) or "none"
+    step_name = raw.get("step", evals[-1].name if evals else None)
+    gated = next((s for s in evals if s.name == step_name), None)
+    if gated is None:
+        problems.append(
+            f"gate.step: {step_name!r} is not an eval step (eval steps: {eval_names})"
+            if step_name is not None
+            else "gate: bounds need an eval step to read metrics from; the recipe has none"
+        )
+        return None
+    baseline = raw.get("baseline")
+    if baseline is not None and not any(s.name == baseline for s in evals):
+        problems.append(
+            f"gate.baseline: {baseline!r} is not an eval step (eval steps: {eval_names})"
+        )
+        baseline = None
+    ood = gated.values.get("ood", [])
+    known = known_metrics([ood_name(str(s)) for s in ood], members=2)
+    known += [*CALIBRATION_METRICS, *RATIO_METRICS]
+    bounds: list[Bound] = []
+    for metric, text in raw.items():
+        if metric in GATE_KEYS:
+            continue
+        where = f"gate.{metric}"
+        if not isinstance(text, str):
+            problems.append(f'{where}: write the bound as a string, e.g. ">= 0.95"')
+            continue
+        if metric in RATIO_METRICS and raw.get("baseline") is None:
+            problems.append(f"{where}: a ratio needs gate.baseline (the eval step to divide by)")
+            continue
+        try:
+            bounds += parse_gate(f"{metric}{text}", known)
+        except ConfigError as exc:
+            problems.append(f"{where}: {exc.message.removeprefix('--gate: ')}")
+    return Gate(step=gated.name, baseline=baseline, bounds=bounds)

@@ -1,0 +1,246 @@
+"""Run a checked recipe like a build tool: each step in order, reusing finished artifacts.
+
+Every step runs as its own `uqc` command, in this process, with `--json`. A step's artifact
+id is a hash of its config, inputs and data, and artifacts without `out` go to
+`<artifacts>/<kind>-<id8>`, so a step whose inputs and options did not change finds its
+artifact and skips the work; a changed step (and everything after it) gets new ids. A failed
+step stops the run naming the step; finished artifacts stay, so the next run resumes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from uqcompress.errors import ConfigError, QualityGateError, UqcError
+from uqcompress.recipe.commands import command
+from uqcompress.recipe.parse import Recipe, Ref, Step
+
+INTERRUPTED = 130
+REUSED, BUILT, WOULD_REUSE, WOULD_BUILD = "reused", "built", "would reuse", "would build"
+
+
+@dataclass
+class StepOutcome:
+    name: str
+    command: str
+    status: str  # REUSED, BUILT, WOULD_REUSE or WOULD_BUILD
+    path: Path | None = None
+    kind: str | None = None
+    id: str | None = None
+    seconds: float = 0.0
+    argv: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "command": self.command,
+            "status": self.status,
+            "path": None if self.path is None else str(self.path),
+            "kind": self.kind,
+            "id": self.id,
+            "seconds": round(self.seconds, 3),
+            "argv": self.argv,
+        }
+
+
+@dataclass
+class RunReport:
+    recipe: Path
+    steps: list[StepOutcome]
+    gate: dict[str, Any] | None = None  # evaluate_gate's verdict, plus step and metric values
+
+    @property
+    def last_path(self) -> Path | None:
+        return self.steps[-1].path if self.steps else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "recipe": str(self.recipe),
+            "path": None if self.last_path is None else str(self.last_path),
+            "steps": {s.name: s.to_dict() for s in self.steps},
+            "gate": self.gate,
+        }
+
+
+class StepFailed(UqcError):
+    """A step's own error, prefixed with the step's name; keeps the step's exit code."""
+
+    def __init__(self, step: Step, exc: UqcError) -> None:
+        hint = (exc.hint + "; " if exc.hint else "") + (
+            "finished steps are kept, so rerunning the recipe resumes here"
+        )
+        super().__init__(f"step {step.name!r} (uqc {step.command}) failed: {exc.message}", hint)
+        self.exit_code = exc.exit_code
+
+
+def run_recipe(recipe: Recipe, dry_run: bool = False, force: bool = False) -> RunReport:
+    """Run (or, with `dry_run`, plan) every step; then check the gate."""
+    from uqcompress.console import stderr
+
+    report = RunReport(recipe=recipe.path, steps=[])
+    outcomes: dict[str, StepOutcome] = {}
+    total = len(recipe.steps)
+    for index, step in enumerate(recipe.steps, start=1):
+        # inputs a dry run would build first: this step cannot be planned from them yet
+        pending = [n for n in step.needs if outcomes[n].status == WOULD_BUILD]
+        values = {k: _resolve(v, outcomes) for k, v in step.values.items()}
+        argv = command(step.command).argv(values) if not pending else []
+        head = f"[bold][{index}/{total}] {step.name}[/bold] (uqc {step.command})"
+        if dry_run:
+            outcome = _plan(step, argv, pending, force)
+            where = (
+                f" -> {outcome.path}"
+                if not pending
+                else f" (its input from {', '.join(pending)} would be built first)"
+            )
+            stderr.print(f"{head}: {outcome.status}{where}", highlight=False)
+        else:
+            stderr.print(f"{head}", highlight=False)
+            try:
+                outcome = _execute(step, argv, force)
+            except KeyboardInterrupt:
+                stderr.print(
+                    f"interrupted in step {step.name!r}: the {index - 1} finished steps are "
+                    "kept; rerun the recipe to resume",
+                    highlight=False,
+                )
+                raise
+            stderr.print(
+                f"[dim]{step.name}: {outcome.status} {outcome.path} "
+                f"({outcome.seconds:.1f} s)[/dim]",
+                highlight=False,
+            )
+        outcomes[step.name] = outcome
+        report.steps.append(outcome)
+    if recipe.gate is not None and not dry_run:
+        try:
+            report.gate = check_gate(recipe, outcomes)
+        except GateFailed as exc:
+            report.gate = exc.verdict
+            exc.report = report  # the CLI still prints the paths before exiting 3
+            raise
+    return report
+
+
+def _resolve(value: Any, outcomes: dict[str, StepOutcome]) -> Any:
+    if isinstance(value, list):
+        return [_resolve(v, outcomes) for v in value]
+    if isinstance(value, Ref):
+        return str(outcomes[value.step].path)
+    return value
+
+
+def _invoke(argv: list[str]) -> dict[str, Any]:
+    """Run one `uqc` command in this process; its --json result (stdout) is returned."""
+    import typer
+
+    from uqcompress.cli.app import app
+
+    captured = io.StringIO()
+    click_command = typer.main.get_command(app)
+    with contextlib.redirect_stdout(captured):
+        code = click_command.main(args=argv, prog_name="uqc", standalone_mode=False)
+    if code == INTERRUPTED:  # Typer turns Ctrl-C / SIGTERM into this code; stop the run too
+        raise KeyboardInterrupt
+    if isinstance(code, int) and code != 0:
+        raise UqcError(f"exited with code {code}")
+    result: dict[str, Any] = json.loads(captured.getvalue())
+    return result
+
+
+def _execute(step: Step, argv: list[str], force: bool) -> StepOutcome:
+    import typer
+
+    args = argv + ["--json"] + (["--force"] if force else [])
+    start = time.perf_counter()
+    try:
+        result = _invoke(args)
+    except UqcError as exc:
+        raise StepFailed(step, exc) from exc
+    except typer.Exit as exc:  # a command that exits by itself (none does today)
+        raise StepFailed(step, UqcError(f"exited with code {exc.exit_code}")) from exc
+    except typer.TyperException as exc:  # a usage error the recipe check did not catch
+        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+        raise StepFailed(step, ConfigError(message)) from exc
+    return StepOutcome(
+        name=step.name,
+        command=step.command,
+        status=REUSED if result.get("reused") else BUILT,
+        path=Path(result["path"]),
+        kind=result.get("kind"),
+        id=result.get("id"),
+        seconds=time.perf_counter() - start,
+        argv=args,
+    )
+
+
+def _plan(step: Step, argv: list[str], pending: list[str], force: bool) -> StepOutcome:
+    """Where the step's artifact would go, and whether it is there already."""
+    from uqcompress.steps.common import PlannedStep, planning
+
+    outcome = StepOutcome(name=step.name, command=step.command, status=WOULD_BUILD, argv=argv)
+    if pending:  # an input that does not exist yet: this step will build too
+        return outcome
+    try:
+        with planning():
+            _invoke(argv + ["--json"] + (["--force"] if force else []))
+    except PlannedStep as planned:
+        outcome.status = WOULD_REUSE if planned.reusable else WOULD_BUILD
+        outcome.path, outcome.kind, outcome.id = planned.dest, planned.kind, planned.id
+        return outcome
+    except UqcError as exc:
+        raise StepFailed(step, exc) from exc
+    raise RuntimeError(f"step {step.name} ran instead of planning")  # a step skipped the plan
+
+
+def check_gate(recipe: Recipe, outcomes: dict[str, StepOutcome]) -> dict[str, Any]:
+    """Bounds of the [gate] table over the gated eval's metrics; exit 3 when one fails."""
+    from uqcompress.artifacts import open_artifact
+    from uqcompress.gates import describe_failures, evaluate_gate
+
+    gate = recipe.gate
+    assert gate is not None
+    gated = outcomes[gate.step]
+    assert gated.path is not None
+    metrics: dict[str, Any] = dict(open_artifact(gated.path, expect_kind="eval").manifest.summary)
+    wanted = {b.metric for b in gate.bounds}
+    if gate.baseline is not None and wanted & {"params_ratio", "flops_ratio"}:
+        baseline = outcomes[gate.baseline]
+        assert baseline.path is not None
+        base_summary = open_artifact(baseline.path, expect_kind="eval").manifest.summary
+        metrics["params_ratio"] = metrics["parameters"] / base_summary["parameters"]
+        if "flops_ratio" in wanted:
+            from uqcompress.flops import eval_flops
+
+            metrics["flops_ratio"] = eval_flops(gated.path) / eval_flops(baseline.path)
+    missing = sorted(m for m in wanted if metrics.get(m) is None)
+    if missing:
+        raise ConfigError(
+            f"gate: eval step {gate.step!r} did not report {', '.join(missing)} (mi and "
+            "disagreement need an ensemble; the calibration metrics a calibrated model)",
+            hint="bound metrics this model has, or gate another eval step (gate.step)",
+        )
+    verdict = evaluate_gate(gate.bounds, metrics)
+    verdict["step"] = gate.step
+    verdict["values"] = {m: metrics[m] for m in sorted(wanted)}
+    if not verdict["passed"]:
+        raise GateFailed(verdict, describe_failures(verdict))
+    return verdict
+
+
+class GateFailed(QualityGateError):
+    """The recipe's gate failed; the artifacts are all written."""
+
+    def __init__(self, verdict: dict[str, Any], described: str) -> None:
+        super().__init__(
+            f"quality gate failed on step {verdict['step']!r}: {described}",
+            hint="the artifacts are written (see uqc inspect); revisit the recipe or the bound",
+        )
+        self.verdict = verdict
+        self.report: RunReport | None = None

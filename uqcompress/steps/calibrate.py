@@ -1,0 +1,182 @@
+"""`uqc calibrate`: a temperature (and optionally an abstention threshold) fitted on held-out
+data, written into a new model artifact; the input is never edited.
+
+`eval`, `export` (in the graph), the Predictor and `predict` apply what is stored here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from uqcompress.artifacts import ArtifactWriter, OutputPlan
+from uqcompress.errors import ConfigError
+from uqcompress.steps.common import StepResult, build_or_reuse
+
+RUNTIME_KEYS = ("device", "threads", "batch_size", "data", "text_column", "label_column")
+ECE_BINS = 15
+
+
+@dataclass(frozen=True)
+class CalibrateConfig:
+    data: str
+    abstain_coverage: float | None = None
+    abstain_score: str = "msp"
+    batch_size: int = 64
+    max_length: int | None = None
+    text_column: str = "text"
+    label_column: str = "label"
+    device: str = "cpu"
+    threads: int = 1
+
+    def validate(self) -> None:
+        from uqcompress.uq.calibration import ABSTAIN_SCORES
+
+        coverage = self.abstain_coverage
+        if coverage is not None and not 0 < coverage <= 1:
+            raise ConfigError(
+                f"--abstain-coverage {coverage} must be in (0, 1]: the fraction of examples "
+                "the model answers",
+                hint="pass e.g. --abstain-coverage 0.9 to answer 90% and abstain on the rest",
+            )
+        if self.abstain_score not in ABSTAIN_SCORES:
+            raise ConfigError(
+                f"unknown --abstain-score {self.abstain_score!r}",
+                hint=f"use one of: {', '.join(ABSTAIN_SCORES)}",
+            )
+        if self.batch_size < 1:
+            raise ConfigError(
+                f"--batch-size {self.batch_size} must be at least 1", hint="pass --batch-size 64"
+            )
+
+
+def run(
+    model_path: Path, cfg: CalibrateConfig, out: Path | None = None, force: bool = False
+) -> StepResult:
+    from uqcompress.artifacts import MANIFEST_NAME, read_manifest
+    from uqcompress.data import load_data
+    from uqcompress.models.loading import resolve_model_source
+
+    cfg.validate()
+    if (Path(model_path) / MANIFEST_NAME).is_file():
+        kind = read_manifest(Path(model_path)).kind
+        if kind != "model":
+            raise ConfigError(
+                f"{model_path} is a {kind} artifact; uqc calibrate takes a model",
+                hint="calibrate the model, then export it (the temperature goes into the graph)"
+                if kind == "onnx"
+                else "pass a model artifact (uqc fuse makes one model of a members artifact)",
+            )
+    source = resolve_model_source(model_path)
+    data = load_data(cfg.data, cfg.text_column, cfg.label_column)
+    config = asdict(cfg)
+    plan = OutputPlan(
+        kind="model",
+        step="calibrate",
+        config=config,
+        id_config={k: v for k, v in config.items() if k not in RUNTIME_KEYS},
+        inputs=[source.ref],
+        data=[data.manifest_entry("calibration")],
+        device=cfg.device,
+    )
+
+    def build(writer: ArtifactWriter) -> None:
+        _calibrate_into(model_path, data, cfg, writer)
+
+    return build_or_reuse(plan, out, force, build)
+
+
+def _calibrate_into(model_path: Path, data: Any, cfg: CalibrateConfig, writer: Any) -> None:
+    import numpy as np
+
+    from uqcompress.console import stderr
+    from uqcompress.data.encoding import check_input_kind
+    from uqcompress.data.labels import map_labels
+    from uqcompress.members import TorchSource
+    from uqcompress.models.loading import save_model
+    from uqcompress.steps.init import model_summary
+    from uqcompress.uq import calibration as cal
+    from uqcompress.uq import metrics as m
+
+    source = TorchSource(model_path, "model", cfg.device)
+    check_input_kind(data, source.input_kind, str(model_path))
+    label_ids = map_labels(data, source.labels, placeholder=False).ids
+    if cfg.abstain_score == "mi" and source.members < 2:
+        raise ConfigError(
+            f"--abstain-score mi needs an ensemble; {model_path} has one member",
+            hint="use --abstain-score msp or entropy",
+        )
+    stderr.print(f"[dim]calibrating on {len(label_ids)} examples of {data.spec}...[/dim]")
+    outputs = source.predict(data, cfg.batch_size, cfg.max_length)
+    raw_logits = outputs.member_logits.astype(np.float64)
+    if source.calibration is not None:  # refitting: start from the uncalibrated logits
+        raw_logits = raw_logits * source.calibration.temperature
+        writer.warn(
+            f"{model_path} was calibrated already (temperature "
+            f"{source.calibration.temperature:.4g}); refitted from its uncalibrated logits"
+        )
+    temperature = cal.fit_temperature(raw_logits, label_ids)
+    if temperature in (cal.MIN_TEMPERATURE, cal.MAX_TEMPERATURE):
+        writer.warn(
+            f"the temperature hit its bound ({temperature:g}): the calibration data may be "
+            "too small or too easy (every example right with a wide margin)"
+        )
+    before = m.softmax(raw_logits).mean(axis=1)
+    member_probs = m.softmax(raw_logits / temperature)
+    after = member_probs.mean(axis=1)
+    summary: dict[str, Any] = {
+        "temperature": temperature,
+        "calibration_examples": len(label_ids),
+        "nll_before": m.nll(before, label_ids),
+        "nll_after": m.nll(after, label_ids),
+        "ece_before": m.ece(before, label_ids, n_bins=ECE_BINS),
+        "ece_after": m.ece(after, label_ids, n_bins=ECE_BINS),
+        "acc": m.accuracy(after, label_ids),
+    }
+    rule = None
+    if cfg.abstain_coverage is not None:
+        scores = m.uncertainty_scores(member_probs)
+        scores.setdefault("mi", np.zeros(len(label_ids)))
+        threshold = cal.fit_abstain_threshold(scores[cfg.abstain_score], cfg.abstain_coverage)
+        rule = cal.AbstainRule(
+            score=cfg.abstain_score, threshold=threshold, coverage=cfg.abstain_coverage
+        )
+        coverage, risk = cal.selective_risk(after, label_ids, ~cal.abstains(rule, scores))
+        summary.update(
+            {
+                "abstain_score": rule.score,
+                "abstain_threshold": threshold,
+                "abstain_coverage_target": cfg.abstain_coverage,
+                "abstain_coverage": coverage,
+                "abstain_risk": risk,
+                "risk_full_coverage": 1.0 - summary["acc"],
+            }
+        )
+    loaded = source.loaded
+    loaded.calibration = cal.Calibration(temperature=temperature, abstain=rule)
+    save_model(loaded, writer.dir, keep_calibration=True)
+    writer.summary.update(model_summary(loaded))
+    writer.summary["calibration"] = loaded.calibration.to_dict()
+    writer.summary.update(summary)
+    _print_report(summary)
+
+
+def _print_report(summary: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    from uqcompress.console import stderr
+
+    table = Table(title=f"calibration: temperature {summary['temperature']:.4f}")
+    for column in ("", "before", "after"):
+        table.add_column(column, justify="right" if column else "left")
+    table.add_row("NLL", f"{summary['nll_before']:.4f}", f"{summary['nll_after']:.4f}")
+    table.add_row("ECE", f"{summary['ece_before']:.4f}", f"{summary['ece_after']:.4f}")
+    stderr.print(table)
+    if "abstain_threshold" in summary:
+        stderr.print(
+            f"abstain when {summary['abstain_score']} > {summary['abstain_threshold']:.4g}: "
+            f"answers {summary['abstain_coverage']:.1%} of the calibration data, error rate "
+            f"{summary['abstain_risk']:.4f} among them (all answered: "
+            f"{summary['risk_full_coverage']:.4f})"
+        )
