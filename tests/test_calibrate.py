@@ -209,5 +209,41 @@ def test_calibrate_bad_input(
 def test_calibrate_refuses_an_onnx_artifact(cli: Callable[..., Any], vit_onnx: Path) -> None:
     result = cli("calibrate", vit_onnx, "--data", "builtin:digits@val")
     assert result.code == 1
-    assert "is a onnx artifact; uqc calibrate takes a model" in result.err
+    assert "is an onnx artifact; uqc calibrate takes a model" in result.err
     assert "calibrate the model, then export it" in result.err
+
+
+def test_safetensors_export_and_import_keep_the_calibration_and_eval_gates_on_it(
+    cli: Callable[..., Any], overconfident_vit: Path, tmp_path: Path
+) -> None:
+    import shutil
+
+    made = cli(
+        "calibrate",
+        overconfident_vit,
+        "--data",
+        "builtin:digits@val",
+        "--abstain-coverage",
+        "0.8",
+        "--out",
+        tmp_path / "c",
+    )
+    assert made.code == 0, made.err
+    calibrated = Path(made.out.strip())
+    temperature = _summary(calibrated)["temperature"]
+    exported = cli("export", calibrated, "--format", "safetensors", "--json")
+    payload = json.loads(exported.out)
+    assert any("does not apply it" in w for w in payload["warnings"])
+    plain = tmp_path / "plain"  # the export as a plain transformers directory
+    shutil.copytree(payload["path"], plain, ignore=shutil.ignore_patterns("manifest.json"))
+    imported = cli("import", plain)
+    assert imported.code == 0, imported.err
+    back = Path(imported.out.strip())
+    assert _summary(back)["calibration"]["temperature"] == pytest.approx(temperature)
+    # eval --gate knows the calibration metrics of a calibrated model, and only of one
+    gated = cli("eval", back, "--data", "builtin:digits@test", "--gate", "abstain_coverage>=0.5")
+    assert gated.code == 0, gated.err
+    refused = cli(
+        "eval", overconfident_vit, "--data", "builtin:digits@test", "--gate", "temperature<=2"
+    )
+    assert refused.code == 1 and "unknown metric 'temperature'" in refused.err

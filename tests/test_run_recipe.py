@@ -328,3 +328,89 @@ flops_ratio = "< 0.9"
 def test_ratio_gate_needs_a_baseline(tmp_path: Path) -> None:
     with pytest.raises(RecipeError, match=r"a ratio needs gate\.baseline"):
         load_recipe(_write(tmp_path, TINY.replace('acc = ">= 0.0"', 'params_ratio = "< 1"')))
+
+
+INIT = f'[steps.init]\nrun = "init"\nfamily = "vit"\nlabels = {LABELS}\n'
+EVAL = '[steps.e]\nrun = "eval"\nmodels = ["@init"]\ndata = "x.csv"\n'
+
+
+@pytest.mark.parametrize(
+    ("body", "needle"),
+    [
+        (
+            INIT + '[steps.t]\nrun = "finetune"\nmodel = ["@init", "@init"]\ndata = "x.csv"\n',
+            "steps.t.model: takes one value, got a list",
+        ),
+        (
+            INIT + '[steps."a.b"]\nrun = "eval"\nmodels = ["@init"]\ndata = "x.csv"\n',
+            "steps.a.b: a step name may hold letters, digits",
+        ),
+        (
+            INIT + '[steps.t]\nrun = "finetune"\nmodel = "@init/member0"\ndata = "x.csv"\n',
+            "'@init/member0': a reference is \"@name\" alone",
+        ),
+        (
+            INIT + '[steps.t]\nrun = "finetune"\nmodel = "-"\ndata = "x.csv"\n',
+            "steps.t.model: '-' (read stdin) has no meaning in a recipe",
+        ),
+        (
+            INIT + '[steps.t]\nrun = "finetune"\nmodel = "@init"\ndata = "${var.train}"\n',
+            "has a ${...} that is not ${vars.NAME}",
+        ),
+        (
+            INIT + '[steps.e]\nrun = "eval"\nmodels = []\ndata = "x.csv"\n',
+            "steps.e.models: needs at least one value",
+        ),
+        (
+            INIT + EVAL + '[gate]\nacc = ">= 0.9, nll <= 2"\n',
+            "gate.acc: one bound per key",
+        ),
+        (
+            INIT + EVAL + '[gate]\nlatency_ms = "< 5"\n',
+            "gate.latency_ms: latency is reported, never gated",
+        ),
+    ],
+)
+def test_recipe_mistakes_are_named(tmp_path: Path, body: str, needle: str) -> None:
+    with pytest.raises(RecipeError) as caught:
+        load_recipe(_write(tmp_path, "# x\n" + body))
+    assert any(needle in p for p in caught.value.problems), caught.value.problems
+
+
+def test_forgiving_forms_that_mean_one_thing(tmp_path: Path) -> None:
+    body = (
+        INIT
+        + '[steps.t]\nrun = "finetune"\nmodel = ["@init"]\ndata = "x.csv"\n'
+        + '[steps.e]\nrun = "eval"\nmodels = ["@t"]\ndata = "x.csv"\n'
+        + '[gate]\nood.photo-patches.entropy.auroc = ">= 0.5"\n'  # unquoted: a nested table
+        + "e = 1\n"
+    )
+    path = _write(tmp_path, "# x\n" + body.replace("\ne = 1\n", "\n"))
+    recipe = load_recipe(path, ["steps.e.ood=builtin:photo-patches,y.csv", "steps.t.lr=0.5"])
+    tuned = next(s for s in recipe.steps if s.name == "t")
+    assert tuned.needs == ["init"] and tuned.values["lr"] == 0.5
+    evaluation = next(s for s in recipe.steps if s.name == "e")
+    assert evaluation.values["ood"] == ["builtin:photo-patches", "y.csv"]
+    assert recipe.gate is not None
+    assert [b.metric for b in recipe.gate.bounds] == ["ood.photo-patches.entropy.auroc"]
+
+
+@pytest.mark.parametrize(
+    ("text", "override"),
+    [
+        ('gate = "x"\n' + INIT, "gate.acc=>= 1"),
+        ("steps = [1]\n", "steps.a.epochs=1"),
+        ("vars = 3\n" + INIT, "vars.x=1"),
+    ],
+)
+def test_set_on_a_malformed_recipe_is_an_error_not_a_crash(
+    cli: Callable[..., Any], tmp_path: Path, text: str, override: str
+) -> None:
+    result = cli("run", _write(tmp_path, "# x\n" + text), "--set", override)
+    assert result.code == 1
+    assert result.err.startswith("error: recipe"), result.err
+
+
+def test_a_directory_is_not_a_recipe(cli: Callable[..., Any], tmp_path: Path) -> None:
+    result = cli("run", tmp_path)
+    assert result.code == 1 and "is a directory" in result.err

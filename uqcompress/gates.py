@@ -31,6 +31,9 @@ ENSEMBLE_METRICS = ("disagreement",)
 OOD_SCORES = ("msp", "entropy")
 ENSEMBLE_OOD_SCORES = ("mi",)
 OOD_METRICS = ("auroc", "aupr", "fpr95")
+# Reported for a model made by `uqc calibrate` (the abstain_* ones with an abstention rule).
+CALIBRATION_METRICS = ("temperature", "nll_uncalibrated", "ece_uncalibrated")
+ABSTAIN_METRICS = ("abstain_coverage", "abstain_risk")
 
 
 @dataclass(frozen=True)
@@ -46,9 +49,15 @@ class Bound:
         return f"{self.metric}{self.op}{self.value:g}"
 
 
-def known_metrics(ood_sets: Iterable[str], members: int) -> list[str]:
-    """Every metric key `uqc eval` reports for these OOD sets and ensemble size."""
+def known_metrics(
+    ood_sets: Iterable[str], members: int, calibrated: bool = False, abstains: bool = False
+) -> list[str]:
+    """Every metric key `uqc eval` reports for these OOD sets, ensemble size and calibration."""
     keys = list(CORE_METRICS)
+    if calibrated:
+        keys += CALIBRATION_METRICS
+    if abstains:
+        keys += ABSTAIN_METRICS
     scores = list(OOD_SCORES)
     if members > 1:
         keys += ENSEMBLE_METRICS

@@ -152,6 +152,22 @@ def peek_source(path: Path, role: str) -> tuple[SourceRef, int]:
     return resolve_model_source(path, role).ref, 1
 
 
+def peek_calibration(path: Path) -> dict[str, object] | None:
+    """The stored calibration of a model, model dir or ONNX artifact, without loading it."""
+    import json
+
+    kind = read_manifest(path).kind if (path / MANIFEST_NAME).is_file() else None
+    if kind == "onnx":
+        found = read_manifest(path).summary.get("calibration")
+        return found if isinstance(found, dict) else None
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    found = config.get("uqc_calibration") if isinstance(config, dict) else None
+    return found if isinstance(found, dict) else None
+
+
 class MembersSource(PredictionSource):
     """A members artifact (uqc prune --members): its pruned models as one deep ensemble."""
 

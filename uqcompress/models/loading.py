@@ -70,6 +70,14 @@ def resolve_model_source(
 def download_from_hub(repo_id: str) -> Path:
     """Fetch config, tokenizer/processor files and safetensors weights of a Hub model."""
     hint = "pass a local save_pretrained() directory, or go online to download it"
+    from uqcompress.planning import is_planning
+
+    if is_planning():  # a dry run downloads nothing
+        raise ArtifactError(
+            f"{repo_id} is not a local path; a real run would download it from the Hugging "
+            "Face Hub",
+            hint="create the directory, or run without --dry-run",
+        )
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
         raise ArtifactError(
             f"{repo_id} is not a local path, and as a Hugging Face Hub id it cannot be fetched: "
@@ -275,7 +283,7 @@ def _finish(loaded: LoadedModel, path: Path) -> LoadedModel:
     if raw is not None:
         try:
             loaded.calibration = Calibration.from_dict(raw)
-        except (KeyError, TypeError, ValueError) as exc:
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise ArtifactError(
                 f"{path}/config.json has an unreadable {CALIBRATION_KEY} ({exc!r})",
                 hint="re-create the model with uqc calibrate",

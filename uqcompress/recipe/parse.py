@@ -16,19 +16,12 @@ from uqcompress.errors import ConfigError
 from uqcompress.gates import Bound
 from uqcompress.recipe.commands import RESERVED, STEP_COMMANDS, Param, command
 
+STEP_NAME = re.compile(r"[A-Za-z0-9_-]+")
 REFERENCE = re.compile(r"^@([A-Za-z0-9_-]+)$")
 VARIABLE = re.compile(r"\$\{vars\.([A-Za-z0-9_-]+)\}")
 TOP_LEVEL = ("vars", "steps", "gate")
 GATE_KEYS = ("step", "baseline")  # the rest of [gate] are metric bounds
 RATIO_METRICS = ("params_ratio", "flops_ratio")  # need gate.baseline
-# Reported by `eval` for a model made by `uqc calibrate`.
-CALIBRATION_METRICS = (
-    "temperature",
-    "nll_uncalibrated",
-    "ece_uncalibrated",
-    "abstain_coverage",
-    "abstain_risk",
-)
 
 
 @dataclass(frozen=True)
@@ -81,6 +74,8 @@ class RecipeError(ConfigError):
 def load_recipe(path: Path, overrides: list[str] | None = None) -> Recipe:
     """Parse, override and check a recipe; raises RecipeError listing every problem."""
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"recipe {path} is a directory", hint="pass a recipes/*.toml file")
     if not path.is_file():
         raise ConfigError(f"recipe {path} does not exist", hint="pass a recipes/*.toml file")
     try:
@@ -115,27 +110,44 @@ def _apply_overrides(raw: dict[str, Any], overrides: list[str], problems: list[s
             problems.append(f"--set {item!r}: expected KEY=VALUE, e.g. vars.train=train.csv")
         elif parts[0] == "vars" and len(parts) == 2:
             table = raw.get("vars", {})
-            if parts[1] not in table:
+            if not isinstance(table, dict):
+                problems.append(f"{where}: [vars] is not a table")
+            elif parts[1] not in table:
                 known = ", ".join(sorted(table)) or "none"
                 problems.append(f"{where}: no variable {parts[1]!r} in [vars] (it has: {known})")
             else:
                 table[parts[1]] = _typed_like(table[parts[1]], text, where, problems)
         elif parts[0] == "steps" and len(parts) == 3:
-            step = (raw.get("steps") or {}).get(parts[1])
+            steps = raw.get("steps")
+            step = steps.get(parts[1]) if isinstance(steps, dict) else None
             if not isinstance(step, dict):
-                known = ", ".join(raw.get("steps") or {}) or "none"
-                problems.append(f"{where}: no step {parts[1]!r} (steps: {known})")
+                tables = steps.items() if isinstance(steps, dict) else []
+                known = ", ".join(n for n, t in tables if isinstance(t, dict))
+                problems.append(f"{where}: no step {parts[1]!r} (steps: {known or 'none'})")
             elif parts[2] == "run":
                 problems.append(f"{where}: a step's command cannot be overridden")
             else:
-                # the value's type is checked against the option like any other value
-                step[parts[2]] = _typed_like(step.get(parts[2], ""), text, where, problems)
+                step[parts[2]] = _option_text(step, parts[2], text)
         elif parts[0] == "gate" and len(parts) >= 2:  # metric keys have dots themselves
-            raw.setdefault("gate", {})[key.removeprefix("gate.")] = text
+            gate = raw.setdefault("gate", {})
+            if isinstance(gate, dict):
+                gate[key.removeprefix("gate.")] = text
+            else:
+                problems.append(f"{where}: [gate] is not a table")
         else:
             problems.append(
                 f"{where}: no such key (override vars.NAME, steps.STEP.OPTION or gate.METRIC)"
             )
+
+
+def _option_text(step: dict[str, Any], key: str, text: str) -> Any:
+    """A `--set` value for a step option: a list for a repeatable option (comma-separated),
+    else the text, which the check then reads as the option's type like any value."""
+    run = step.get("run")
+    param = command(run).params.get(key) if run in STEP_COMMANDS else None
+    if param is not None and param.many:
+        return [part.strip() for part in text.split(",") if part.strip()]
+    return text
 
 
 def _typed_like(current: Any, text: str, where: str, problems: list[str]) -> Any:
@@ -146,10 +158,9 @@ def _typed_like(current: Any, text: str, where: str, problems: list[str]) -> Any
         problems.append(f"{where}: expected true or false, got {text!r}")
     elif isinstance(current, int | float):
         try:
-            return type(current)(text)
+            return int(text) if re.fullmatch(r"[-+]?\d+", text.strip()) else float(text)
         except ValueError:
-            expected = "an integer" if isinstance(current, int) else "a number"
-            problems.append(f"{where}: expected {expected}, got {text!r}")
+            problems.append(f"{where}: expected a number, got {text!r}")
     elif isinstance(current, list):
         return [part.strip() for part in text.split(",")]
     return text
@@ -175,6 +186,12 @@ def _steps(raw: Any, variables: dict[str, Any], problems: list[str]) -> list[Ste
     steps: list[Step] = []
     for name, table in raw.items():
         where = f"steps.{name}"
+        if not STEP_NAME.fullmatch(name):
+            problems.append(
+                f"{where}: a step name may hold letters, digits, '_' and '-' only "
+                "(it is referenced as @name)"
+            )
+            continue
         if not isinstance(table, dict):
             problems.append(f"{where}: must be a table")
             continue
@@ -234,17 +251,32 @@ def _expand(value: Any, variables: dict[str, Any], where: str, problems: list[st
     whole = VARIABLE.fullmatch(value)
     if whole:
         return variables[whole.group(1)]
-    return VARIABLE.sub(lambda m: str(variables[m.group(1)]), value)
+    expanded = VARIABLE.sub(lambda m: _as_text(variables[m.group(1)]), value)
+    if "${" in expanded:
+        problems.append(f"{where}: {value!r} has a ${{...}} that is not ${{vars.NAME}}")
+    return expanded
+
+
+def _as_text(value: Any) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
 def _check(value: Any, param: Param, where: str, problems: list[str]) -> Any:
     """The value as the option takes it, or None (with a problem recorded)."""
     if param.many:
         items = value if isinstance(value, list) else [value]
+        if not items and param.required:
+            problems.append(f"{where}: needs at least one value")
+            return None
         checked = [_scalar(v, param, where, problems) for v in items]
         return None if any(c is None for c in checked) else checked
     if isinstance(value, list):
-        if param.kind is str and all(isinstance(v, str | int | float) for v in value):
+        if len(value) == 1:
+            return _scalar(value[0], param, where, problems)
+        joinable = all(
+            isinstance(v, str | int | float) and not str(v).startswith("@") for v in value
+        )
+        if param.kind is str and joinable:
             return ",".join(str(v) for v in value)  # e.g. labels = ["neg", "pos"]
         problems.append(f"{where}: takes one value, got a list")
         return None
@@ -252,6 +284,12 @@ def _check(value: Any, param: Param, where: str, problems: list[str]) -> Any:
 
 
 def _scalar(value: Any, param: Param, where: str, problems: list[str]) -> Any:
+    if isinstance(value, str) and value.startswith("@") and not REFERENCE.match(value):
+        problems.append(f'{where}: {value!r}: a reference is "@name" alone, the whole value')
+        return None
+    if value == "-":
+        problems.append(f"{where}: '-' (read stdin) has no meaning in a recipe; use \"@step\"")
+        return None
     ref = REFERENCE.match(value) if isinstance(value, str) else None
     if ref:
         if param.kind is not str:
@@ -332,6 +370,7 @@ def _gate(raw: Any, steps: list[Step], problems: list[str]) -> Gate | None:
     if not isinstance(raw, dict):
         problems.append('gate: must be a table of METRIC = ">= NUMBER" bounds')
         return None
+    raw = _flatten(raw)
     evals = [s for s in steps if s.command == "eval"]
     eval_names = ", ".join(s.name for s in evals) or "none"
     step_name = raw.get("step", evals[-1].name if evals else None)
@@ -350,8 +389,10 @@ def _gate(raw: Any, steps: list[Step], problems: list[str]) -> Gate | None:
         )
         baseline = None
     ood = gated.values.get("ood", [])
-    known = known_metrics([ood_name(str(s)) for s in ood], members=2)
-    known += [*CALIBRATION_METRICS, *RATIO_METRICS]
+    # What the gated eval will report is only known once it ran: accept ensemble and
+    # calibration metrics here; the runner says so if the eval did not report one.
+    known = known_metrics([ood_name(str(s)) for s in ood], 2, calibrated=True, abstains=True)
+    known += list(RATIO_METRICS)
     bounds: list[Bound] = []
     for metric, text in raw.items():
         if metric in GATE_KEYS:
@@ -359,6 +400,12 @@ def _gate(raw: Any, steps: list[Step], problems: list[str]) -> Gate | None:
         where = f"gate.{metric}"
         if not isinstance(text, str):
             problems.append(f'{where}: write the bound as a string, e.g. ">= 0.95"')
+            continue
+        if "," in text:
+            problems.append(f"{where}: one bound per key; write each metric as its own key")
+            continue
+        if metric == "latency_ms":
+            problems.append(f"{where}: latency is reported, never gated (noise on shared machines)")
             continue
         if metric in RATIO_METRICS and raw.get("baseline") is None:
             problems.append(f"{where}: a ratio needs gate.baseline (the eval step to divide by)")
@@ -368,3 +415,15 @@ def _gate(raw: Any, steps: list[Step], problems: list[str]) -> Gate | None:
         except ConfigError as exc:
             problems.append(f"{where}: {exc.message.removeprefix('--gate: ')}")
     return Gate(step=gated.name, baseline=baseline, bounds=bounds)
+
+
+def _flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """`ood.x.entropy.auroc = ">= 0.9"` without quotes is a nested TOML table: flatten it
+    back into the dotted metric key."""
+    flat: dict[str, Any] = {}
+    for key, value in table.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat

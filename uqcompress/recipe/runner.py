@@ -150,8 +150,14 @@ def _invoke(argv: list[str]) -> dict[str, Any]:
         raise KeyboardInterrupt
     if isinstance(code, int) and code != 0:
         raise UqcError(f"exited with code {code}")
-    result: dict[str, Any] = json.loads(captured.getvalue())
-    return result
+    try:
+        result: dict[str, Any] = json.loads(captured.getvalue())
+        return result
+    except ValueError as exc:  # e.g. a non-zero rank of a multi-process launch prints nothing
+        raise UqcError(
+            "printed no result on stdout",
+            hint="run uqc run as one process (not under torchrun)",
+        ) from exc
 
 
 def _execute(step: Step, argv: list[str], force: bool) -> StepOutcome:
@@ -182,7 +188,9 @@ def _execute(step: Step, argv: list[str], force: bool) -> StepOutcome:
 
 def _plan(step: Step, argv: list[str], pending: list[str], force: bool) -> StepOutcome:
     """Where the step's artifact would go, and whether it is there already."""
-    from uqcompress.steps.common import PlannedStep, planning
+    import typer
+
+    from uqcompress.planning import PlannedStep, planning
 
     outcome = StepOutcome(name=step.name, command=step.command, status=WOULD_BUILD, argv=argv)
     if pending:  # an input that does not exist yet: this step will build too
@@ -196,6 +204,9 @@ def _plan(step: Step, argv: list[str], pending: list[str], force: bool) -> StepO
         return outcome
     except UqcError as exc:
         raise StepFailed(step, exc) from exc
+    except typer.TyperException as exc:
+        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+        raise StepFailed(step, ConfigError(message)) from exc
     raise RuntimeError(f"step {step.name} ran instead of planning")  # a step skipped the plan
 
 
@@ -214,6 +225,12 @@ def check_gate(recipe: Recipe, outcomes: dict[str, StepOutcome]) -> dict[str, An
         baseline = outcomes[gate.baseline]
         assert baseline.path is not None
         base_summary = open_artifact(baseline.path, expect_kind="eval").manifest.summary
+        if not base_summary.get("parameters") or not metrics.get("parameters"):
+            raise ConfigError(
+                f"gate: eval steps {gate.step!r} and {gate.baseline!r} must both report "
+                "parameters for params_ratio",
+                hint="gate ratios between evals of uqc models",
+            )
         metrics["params_ratio"] = metrics["parameters"] / base_summary["parameters"]
         if "flops_ratio" in wanted:
             from uqcompress.flops import eval_flops

@@ -63,7 +63,8 @@ def run(
         kind = read_manifest(Path(model_path)).kind
         if kind != "model":
             raise ConfigError(
-                f"{model_path} is a {kind} artifact; uqc calibrate takes a model",
+                f"{model_path} is {'an' if kind[0] in 'aeio' else 'a'} {kind} artifact; "
+                "uqc calibrate takes a model",
                 hint="calibrate the model, then export it (the temperature goes into the graph)"
                 if kind == "onnx"
                 else "pass a model artifact (uqc fuse makes one model of a members artifact)",
@@ -71,11 +72,14 @@ def run(
     source = resolve_model_source(model_path)
     data = load_data(cfg.data, cfg.text_column, cfg.label_column)
     config = asdict(cfg)
+    id_config = {k: v for k, v in config.items() if k not in RUNTIME_KEYS}
+    if cfg.abstain_coverage is None:
+        id_config.pop("abstain_score")  # unused: must not change the id
     plan = OutputPlan(
         kind="model",
         step="calibrate",
         config=config,
-        id_config={k: v for k, v in config.items() if k not in RUNTIME_KEYS},
+        id_config=id_config,
         inputs=[source.ref],
         data=[data.manifest_entry("calibration")],
         device=cfg.device,
@@ -102,7 +106,7 @@ def _calibrate_into(model_path: Path, data: Any, cfg: CalibrateConfig, writer: A
     source = TorchSource(model_path, "model", cfg.device)
     check_input_kind(data, source.input_kind, str(model_path))
     label_ids = map_labels(data, source.labels, placeholder=False).ids
-    if cfg.abstain_score == "mi" and source.members < 2:
+    if cfg.abstain_coverage is not None and cfg.abstain_score == "mi" and source.members < 2:
         raise ConfigError(
             f"--abstain-score mi needs an ensemble; {model_path} has one member",
             hint="use --abstain-score msp or entropy",
@@ -123,7 +127,10 @@ def _calibrate_into(model_path: Path, data: Any, cfg: CalibrateConfig, writer: A
             "too small or too easy (every example right with a wide margin)"
         )
     before = m.softmax(raw_logits).mean(axis=1)
-    member_probs = m.softmax(raw_logits / temperature)
+    # As every consumer computes them (float32 logits / float32 T, then the softmax), so the
+    # threshold fitted here splits the same scores the same way at prediction time.
+    calibrated = raw_logits.astype(np.float32) / np.float32(temperature)
+    member_probs = m.softmax(calibrated.astype(np.float64))
     after = member_probs.mean(axis=1)
     summary: dict[str, Any] = {
         "temperature": temperature,

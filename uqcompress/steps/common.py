@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +17,7 @@ from uqcompress.artifacts import (
 from uqcompress.console import stderr
 from uqcompress.distributed import is_main_process
 from uqcompress.errors import ArtifactError
+from uqcompress.planning import PlannedStep, is_planning
 
 
 def _refuse_overlap_with_inputs(out: Path, plan: OutputPlan) -> None:
@@ -31,28 +30,6 @@ def _refuse_overlap_with_inputs(out: Path, plan: OutputPlan) -> None:
                 f"--out {out} overlaps the input {ref.path}; steps never modify their inputs",
                 hint="choose an --out outside the input artifacts",
             )
-
-
-_PLANNING: ContextVar[bool] = ContextVar("uqc_planning", default=False)
-
-
-class PlannedStep(Exception):
-    """Raised instead of building while `planning()` is on: where the artifact would go and
-    whether one with the same id is already there. `uqc run --dry-run` reads it."""
-
-    def __init__(self, dest: Path, reusable: bool, kind: str, artifact_id: str) -> None:
-        super().__init__(str(dest))
-        self.dest, self.reusable, self.kind, self.id = dest, reusable, kind, artifact_id
-
-
-@contextmanager
-def planning() -> Iterator[None]:
-    """Steps check their inputs and compute their artifact id as usual, then stop."""
-    token = _PLANNING.set(True)
-    try:
-        yield
-    finally:
-        _PLANNING.reset(token)
 
 
 @dataclass(frozen=True)
@@ -71,7 +48,7 @@ def build_or_reuse(
     if out is not None:
         _refuse_overlap_with_inputs(Path(out), plan)
     dest, existing = resolve_destination(plan, out, force)
-    if _PLANNING.get():
+    if is_planning():
         raise PlannedStep(dest, existing is not None, plan.kind, plan.id)
     if existing is not None:
         stderr.print(f"[dim]{dest}: same inputs and config as before, reusing it[/dim]")

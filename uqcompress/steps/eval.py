@@ -71,7 +71,16 @@ def run(
             f"--ood sets share a name ({', '.join(names)})",
             hint="give each OOD file a distinct file name",
         )
-    bounds = parse_gate(cfg.gate, known_metrics(names, members)) if cfg.gate else []
+    from uqcompress.members import peek_calibration
+
+    calibration = peek_calibration(model_paths[0]) if len(model_paths) == 1 else None
+    known = known_metrics(
+        names,
+        members,
+        calibrated=calibration is not None,
+        abstains=bool(calibration and calibration.get("abstain")),
+    )
+    bounds = parse_gate(cfg.gate, known) if cfg.gate else []
     config = {**asdict(cfg), "members": members, "ood_names": names}
     plan = OutputPlan(
         kind="eval",

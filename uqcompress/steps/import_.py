@@ -31,8 +31,11 @@ def run(
 
     def build(writer: ArtifactWriter) -> None:
         loaded = load_model(model_source)
-        save_model(loaded, writer.dir)
+        # the same model, not a derived one: a calibration written by export stays
+        save_model(loaded, writer.dir, keep_calibration=True)
         writer.summary.update(model_summary(loaded))
+        if loaded.calibration is not None:
+            writer.summary["calibration"] = loaded.calibration.to_dict()
         if loaded.new_head_keys:
             writer.summary["classifier_initialised"] = True
             writer.warn(

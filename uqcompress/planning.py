@@ -1,0 +1,33 @@
+"""Planning mode (`uqc run --dry-run`): steps check their inputs and compute their artifact
+id as usual, then stop where they would start work, saying where the artifact would go and
+whether it is already there. Nothing is built, written or downloaded."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from pathlib import Path
+
+_PLANNING: ContextVar[bool] = ContextVar("uqc_planning", default=False)
+
+
+class PlannedStep(Exception):
+    """Raised instead of building while `planning()` is on."""
+
+    def __init__(self, dest: Path, reusable: bool, kind: str, artifact_id: str) -> None:
+        super().__init__(str(dest))
+        self.dest, self.reusable, self.kind, self.id = dest, reusable, kind, artifact_id
+
+
+@contextmanager
+def planning() -> Iterator[None]:
+    token = _PLANNING.set(True)
+    try:
+        yield
+    finally:
+        _PLANNING.reset(token)
+
+
+def is_planning() -> bool:
+    return _PLANNING.get()
