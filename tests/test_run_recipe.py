@@ -414,3 +414,40 @@ def test_set_on_a_malformed_recipe_is_an_error_not_a_crash(
 def test_a_directory_is_not_a_recipe(cli: Callable[..., Any], tmp_path: Path) -> None:
     result = cli("run", tmp_path)
     assert result.code == 1 and "is a directory" in result.err
+
+
+CALIBRATED = (
+    INIT
+    + '[steps.cal]\nrun = "calibrate"\nmodel = "@init"\ndata = "builtin:digits@val"\n'
+    + '[steps.onnx]\nrun = "export"\nmodel = "@cal"\n'
+)
+
+
+@pytest.mark.parametrize(
+    ("models", "bound", "needle"),
+    [
+        ('["@init"]', '"ood.photo-patches.mi.auroc" = ">= 0.5"', "unknown metric"),
+        ('["@init"]', 'disagreement = "< 0.5"', "unknown metric 'disagreement'"),
+        ('["@init"]', 'temperature = "< 2"', "unknown metric 'temperature'"),
+        ('["@onnx"]', 'abstain_risk = "< 0.1"', "unknown metric 'abstain_risk'"),
+        ('["@onnx"]', 'temperature = "< 2"', None),  # calibrated, through the export
+        ('["@init", "@onnx"]', 'disagreement = "< 0.5"', None),  # a deep ensemble
+        ('"/some/model/outside"', 'temperature = "< 2"', None),  # cannot tell: accepted
+    ],
+)
+def test_gates_on_metrics_the_model_cannot_report_are_refused_before_the_run(
+    tmp_path: Path, models: str, bound: str, needle: str | None
+) -> None:
+    body = (
+        CALIBRATED
+        + f'[steps.e]\nrun = "eval"\nmodels = {models}\ndata = "builtin:digits@test"\n'
+        + 'ood = ["builtin:photo-patches"]\n'
+        + f"[gate]\n{bound}\n"
+    )
+    path = _write(tmp_path, "# x\n" + body)
+    if needle is None:
+        assert load_recipe(path).gate is not None
+        return
+    with pytest.raises(RecipeError) as caught:
+        load_recipe(path)
+    assert any(needle in p for p in caught.value.problems), caught.value.problems

@@ -389,9 +389,13 @@ def _gate(raw: Any, steps: list[Step], problems: list[str]) -> Gate | None:
         )
         baseline = None
     ood = gated.values.get("ood", [])
-    # What the gated eval will report is only known once it ran: accept ensemble and
-    # calibration metrics here; the runner says so if the eval did not report one.
-    known = known_metrics([ood_name(str(s)) for s in ood], 2, calibrated=True, abstains=True)
+    traits = _eval_traits(gated, {s.name: s for s in steps})
+    known = known_metrics(
+        [ood_name(str(s)) for s in ood],
+        members=1 if traits.ensemble is False else 2,
+        calibrated=traits.calibrated is not False,
+        abstains=traits.abstains is not False,
+    )
     known += list(RATIO_METRICS)
     bounds: list[Bound] = []
     for metric, text in raw.items():
@@ -415,6 +419,48 @@ def _gate(raw: Any, steps: list[Step], problems: list[str]) -> Gate | None:
         except ConfigError as exc:
             problems.append(f"{where}: {exc.message.removeprefix('--gate: ')}")
     return Gate(step=gated.name, baseline=baseline, bounds=bounds)
+
+
+@dataclass(frozen=True)
+class _Traits:
+    """What an eval's model will be, as far as the recipe tells (None: cannot tell, e.g. a
+    path from outside the recipe): so gates on metrics it cannot report fail before the run."""
+
+    ensemble: bool | None
+    calibrated: bool | None
+    abstains: bool | None
+
+
+_UNKNOWN = _Traits(None, None, None)
+_ENSEMBLE_MAKERS = ("fuse", "svd-ensemble", "distill-director")
+
+
+def _eval_traits(evaluation: Step, by_name: dict[str, Step]) -> _Traits:
+    models = evaluation.values.get("models", [])
+    if len(models) > 1:
+        return _Traits(ensemble=True, calibrated=False, abstains=False)
+    return _model_traits(models[0] if models else None, by_name, depth=0)
+
+
+def _model_traits(value: Any, by_name: dict[str, Step], depth: int) -> _Traits:
+    step = by_name.get(value.step) if isinstance(value, Ref) else None
+    if step is None or depth > len(by_name):
+        return _UNKNOWN
+    source = step.values.get("model")
+    if step.command == "calibrate":
+        inner = _model_traits(source, by_name, depth + 1)
+        return _Traits(inner.ensemble, True, "abstain_coverage" in step.values)
+    if step.command == "export":  # an export keeps what its model is, calibration included
+        return _model_traits(source, by_name, depth + 1)
+    if step.command == "finetune":  # keeps ensembles, drops a calibration
+        return _Traits(_model_traits(source, by_name, depth + 1).ensemble, False, False)
+    if step.command in _ENSEMBLE_MAKERS:
+        return _Traits(True, False, False)
+    if step.command == "prune":
+        return _Traits(int(step.values.get("members") or 1) > 1, False, False)
+    if step.command == "init":
+        return _Traits(False, False, False)
+    return _UNKNOWN
 
 
 def _flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
