@@ -94,8 +94,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -112,13 +110,14 @@ from prune_speed import (
     OPSET,
     Shape,
     Table,
+    environment_line,
     forward_flops,
     num_tokens,
     ort_inputs,
     ort_session,
+    print_report,
     pruning_shapes,
-    render_markdown,
-    render_plain,
+    stderr_logger,
 )
 
 if TYPE_CHECKING:
@@ -179,20 +178,12 @@ def student_config(teacher: LoadedModel, samples: int, args: argparse.Namespace)
 
     from uqcompress.export.graph import graph_for
     from uqcompress.methods.director import DIRECTOR_KEY, build_student, parameter_counts
-    from uqcompress.models.loading import LoadedModel
 
     student = build_student(teacher, None, args.depth, samples, args.seed)
     config = copy.deepcopy(teacher.config)
     setattr(config, DIRECTOR_KEY, student.spec.to_dict())
     student.config = config
-    loaded = LoadedModel(
-        model=student,  # type: ignore[arg-type]  # a sampling student stands where a classifier does
-        family=teacher.family,
-        config=config,
-        labels=list(teacher.labels),
-        tokenizer=teacher.tokenizer,
-        preprocessing=teacher.preprocessing,
-    )
+    loaded = teacher.derived(student, config)
     counts = parameter_counts(teacher.model, student)
     return Config(
         kind=STUDENT,
@@ -445,9 +436,7 @@ def sample_note(rows: Sequence[CostRow]) -> str:
 # --------------------------------------------------------------------------- main
 
 
-def log(message: str) -> None:
-    # Progress goes to stderr so stdout holds only the tables.
-    print(f"[director_cost] {message}", file=sys.stderr, flush=True)
+log = stderr_logger("director_cost")
 
 
 def parse_args() -> argparse.Namespace:
@@ -482,16 +471,8 @@ def parse_args() -> argparse.Namespace:
 
 
 def setup_line(args: argparse.Namespace, seconds: float) -> str:
-    import onnxruntime
-    import torch
-    import transformers
-
     mode = "quick (2 layers of the base shapes)" if args.quick else "full"
-    return (
-        f"{mode} run, {seconds:.0f} s; {platform.processor() or platform.machine()}, "
-        f"{os.cpu_count()} CPUs; torch {torch.__version__}, transformers "
-        f"{transformers.__version__}, onnxruntime {onnxruntime.__version__}"
-    )
+    return environment_line(mode, seconds)
 
 
 def main() -> None:
@@ -508,14 +489,7 @@ def main() -> None:
     tables = [cost_table(rows, args), ratio_table(rows)]
     note = sample_note(rows)
     setup = setup_line(args, time.perf_counter() - start)
-    print(setup + "\n")
-    print("\n\n".join(render_plain(t) for t in tables))
-    print("\n" + note)
-    if args.markdown:
-        print("\n" + "-" * 40 + " Markdown\n")
-        print(f"_{setup}_\n")
-        print("\n\n".join(render_markdown(t) for t in tables))
-        print("\n" + note)
+    print_report(setup, tables, args.markdown, note)
 
 
 if __name__ == "__main__":

@@ -77,7 +77,6 @@ import argparse
 import copy
 import json
 import os
-import platform
 import resource
 import statistics
 import subprocess
@@ -98,12 +97,13 @@ from prune_speed import (
     TURN_RUNS,
     Shape,
     Table,
+    environment_line,
     num_tokens,
     ort_inputs,
     ort_session,
+    print_report,
     pruning_shapes,
-    render_markdown,
-    render_plain,
+    stderr_logger,
 )
 
 if TYPE_CHECKING:
@@ -532,9 +532,7 @@ def estimate_note(rows: Sequence[CostRow]) -> str:
 # --------------------------------------------------------------------------- main
 
 
-def log(message: str) -> None:
-    # Progress goes to stderr so stdout holds only the tables.
-    print(f"[hydra_cost] {message}", file=sys.stderr, flush=True)
+log = stderr_logger("hydra_cost")
 
 
 def parse_args() -> argparse.Namespace:
@@ -568,16 +566,8 @@ def parse_args() -> argparse.Namespace:
 
 
 def setup_line(args: argparse.Namespace, seconds: float) -> str:
-    import onnxruntime
-    import torch
-    import transformers
-
     mode = "quick (2 layers of the base shapes)" if args.quick else "full"
-    return (
-        f"{mode} run, {seconds:.0f} s; {platform.processor() or platform.machine()}, "
-        f"{os.cpu_count()} CPUs; torch {torch.__version__}, transformers "
-        f"{transformers.__version__}, onnxruntime {onnxruntime.__version__}"
-    )
+    return environment_line(mode, seconds)
 
 
 def main() -> None:
@@ -597,14 +587,7 @@ def main() -> None:
     tables = [cost_table(rows, args), ratio_table(rows, args)]
     note = estimate_note(rows)
     setup = setup_line(args, time.perf_counter() - start)
-    print(setup + "\n")
-    print("\n\n".join(render_plain(t) for t in tables))
-    print("\n" + note)
-    if args.markdown:
-        print("\n" + "-" * 40 + " Markdown\n")
-        print(f"_{setup}_\n")
-        print("\n\n".join(render_markdown(t) for t in tables))
-        print("\n" + note)
+    print_report(setup, tables, args.markdown, note)
 
 
 if __name__ == "__main__":

@@ -494,9 +494,47 @@ def latency_note(rows: Sequence[PruneRow]) -> str:
 # --------------------------------------------------------------------------- main
 
 
-def log(message: str) -> None:
-    # Progress goes to stderr so stdout holds only the tables.
-    print(f"[prune_speed] {message}", file=sys.stderr, flush=True)
+def stderr_logger(name: str) -> Callable[[str], None]:
+    """Progress goes to stderr, prefixed with the benchmark's name, so stdout holds only the
+    tables."""
+
+    def log(message: str) -> None:
+        print(f"[{name}] {message}", file=sys.stderr, flush=True)
+
+    return log
+
+
+log = stderr_logger("prune_speed")
+
+
+def environment_line(mode: str, seconds: float, extra: str = "") -> str:
+    """The run's mode, duration, machine and library versions, printed above the tables."""
+    import onnxruntime
+    import torch
+    import transformers
+
+    extra = f", {extra}" if extra else ""
+    return (
+        f"{mode} run, {seconds:.0f} s{extra}; {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} CPUs; torch {torch.__version__}, transformers "
+        f"{transformers.__version__}, onnxruntime {onnxruntime.__version__}"
+    )
+
+
+def print_report(
+    setup: str, tables: Sequence[Table], markdown: bool, note: str | None = None
+) -> None:
+    """The set-up line, the tables as plain text and, with `markdown`, again as Markdown."""
+    print(setup + "\n")
+    print("\n\n".join(render_plain(t) for t in tables))
+    if note is not None:
+        print("\n" + note)
+    if markdown:
+        print("\n" + "-" * 40 + " Markdown\n")
+        print(f"_{setup}_\n")
+        print("\n\n".join(render_markdown(t) for t in tables))
+        if note is not None:
+            print("\n" + note)
 
 
 def parse_args() -> argparse.Namespace:
@@ -530,18 +568,10 @@ def parse_args() -> argparse.Namespace:
 
 
 def setup_line(args: argparse.Namespace, seconds: float) -> str:
-    import onnxruntime
-    import torch
-    import transformers
-
     mode = (
         "quick (2 layers of the base shapes; scoring on the tiny preset)" if args.quick else "full"
     )
-    return (
-        f"{mode} run, {seconds:.0f} s; {platform.processor() or platform.machine()}, "
-        f"{os.cpu_count()} CPUs; torch {torch.__version__}, transformers "
-        f"{transformers.__version__}, onnxruntime {onnxruntime.__version__}"
-    )
+    return environment_line(mode, seconds)
 
 
 def main() -> None:
@@ -558,14 +588,7 @@ def main() -> None:
     tables = [pruning_table(prune_rows, args), scoring_table(score_shape, score_rows, args)]
     note = latency_note(prune_rows)
     setup = setup_line(args, time.perf_counter() - start)
-    print(setup + "\n")
-    print("\n\n".join(render_plain(t) for t in tables))
-    print("\n" + note)
-    if args.markdown:
-        print("\n" + "-" * 40 + " Markdown\n")
-        print(f"_{setup}_\n")
-        print("\n\n".join(render_markdown(t) for t in tables))
-        print("\n" + note)
+    print_report(setup, tables, args.markdown, note)
 
 
 if __name__ == "__main__":

@@ -83,8 +83,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -99,13 +97,14 @@ from prune_speed import (
     OPSET,
     Shape,
     Table,
+    environment_line,
     forward_flops,
     num_tokens,
     ort_inputs,
     ort_session,
+    print_report,
     pruning_shapes,
-    render_markdown,
-    render_plain,
+    stderr_logger,
 )
 
 if TYPE_CHECKING:
@@ -487,9 +486,7 @@ def ratio_table(rows: Sequence[CostRow], args: argparse.Namespace) -> Table:
 # --------------------------------------------------------------------------- main
 
 
-def log(message: str) -> None:
-    # Progress goes to stderr so stdout holds only the tables.
-    print(f"[sve_cost] {message}", file=sys.stderr, flush=True)
+log = stderr_logger("sve_cost")
 
 
 def parse_args() -> argparse.Namespace:
@@ -554,16 +551,8 @@ def others_line(machine_start: float | None, own_start: float) -> str:
 
 
 def setup_line(args: argparse.Namespace, seconds: float, others: str) -> str:
-    import onnxruntime
-    import torch
-    import transformers
-
     mode = "quick (2 layers of the BERT-base shape)" if args.quick else "full"
-    return (
-        f"{mode} run, {seconds:.0f} s, {others}; {platform.processor() or platform.machine()}, "
-        f"{os.cpu_count()} CPUs; torch {torch.__version__}, transformers "
-        f"{transformers.__version__}, onnxruntime {onnxruntime.__version__}"
-    )
+    return environment_line(mode, seconds, others)
 
 
 def main() -> None:
@@ -581,12 +570,7 @@ def main() -> None:
     others = others_line(machine_start, own_start)
     tables = [size_table(rows, shape), cost_table(rows, args, shape), ratio_table(rows, args)]
     setup = setup_line(args, time.perf_counter() - start, others)
-    print(setup + "\n")
-    print("\n\n".join(render_plain(t) for t in tables))
-    if args.markdown:
-        print("\n" + "-" * 40 + " Markdown\n")
-        print(f"_{setup}_\n")
-        print("\n\n".join(render_markdown(t) for t in tables))
+    print_report(setup, tables, args.markdown)
 
 
 if __name__ == "__main__":

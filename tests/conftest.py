@@ -56,6 +56,12 @@ def cli(
     return invoke
 
 
+def ok(result: CliResult) -> str:
+    """The path a successful step printed (the test fails with its stderr otherwise)."""
+    assert result.code == 0, result.err
+    return str(result.out.strip())
+
+
 def sentiment_rows(n: int, seed: int) -> list[tuple[str, str]]:
     """A separable toy sentiment task over words in the shipped vocabulary."""
     import random
@@ -158,3 +164,13 @@ def vit_onnx(tmp_path_factory: pytest.TempPathFactory, tiny_vit_artifact: Path) 
 def vit_onnx_nodata(tmp_path_factory: pytest.TempPathFactory, tiny_vit_artifact: Path) -> Path:
     """Exported without --data: the parity gate runs on synthetic images only."""
     return shared_export(tmp_path_factory, tiny_vit_artifact, "vit-onnx-nodata", None)
+
+
+@pytest.fixture(scope="session")
+def briefly_trained_vit(session_root: Path, tiny_vit_artifact: Path) -> Path:
+    """The tiny ViT after 2 epochs on digits@val (lr 3e-3): trained enough for methods built
+    on a fine-tuned model (SVE, Hydra members) to have something to keep."""
+    from uqcompress.steps import finetune
+
+    cfg = finetune.FinetuneConfig(data="builtin:digits@val", epochs=2, lr=3e-3)
+    return finetune.run(tiny_vit_artifact, cfg, session_root / "vit-briefly-trained").artifact.path

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.conftest import ok
 from uqcompress.uq import calibration as cal
 from uqcompress.uq import metrics as m
 
@@ -90,6 +91,11 @@ def overconfident_vit(tmp_path_factory: pytest.TempPathFactory, tiny_vit_artifac
     return path
 
 
+def _calibrate(cli: Callable[..., Any], model: Path | str, out: Path, *extra: str) -> Path:
+    """`uqc calibrate MODEL --data digits@val --out OUT [extra]`: the calibrated model."""
+    return Path(ok(cli("calibrate", model, "--data", "builtin:digits@val", "--out", out, *extra)))
+
+
 def _summary(path: Path) -> dict[str, Any]:
     return json.loads((Path(path) / "manifest.json").read_text())["summary"]
 
@@ -153,11 +159,7 @@ def test_calibrate_lowers_nll_and_every_consumer_applies_it(
 def test_calibration_is_not_carried_into_a_derived_model(
     cli: Callable[..., Any], overconfident_vit: Path, tmp_path: Path
 ) -> None:
-    calibrated = cli(
-        "calibrate", overconfident_vit, "--data", "builtin:digits@val", "--out", tmp_path / "c"
-    )
-    assert calibrated.code == 0, calibrated.err
-    source = Path(calibrated.out.strip())
+    source = _calibrate(cli, overconfident_vit, tmp_path / "c")
     tuned = cli("finetune", source, "--data", "builtin:digits@val", "--epochs", "1", "--json")
     assert tuned.code == 0, tuned.err
     payload = json.loads(tuned.out)
@@ -171,14 +173,12 @@ def test_calibration_is_not_carried_into_a_derived_model(
 def test_recalibrating_starts_from_the_uncalibrated_logits(
     cli: Callable[..., Any], overconfident_vit: Path, tmp_path: Path
 ) -> None:
-    first = cli(
-        "calibrate", overconfident_vit, "--data", "builtin:digits@val", "--out", tmp_path / "a"
-    )
-    again = cli("calibrate", first.out.strip(), "--data", "builtin:digits@val", "--json")
+    first = _calibrate(cli, overconfident_vit, tmp_path / "a")
+    again = cli("calibrate", first, "--data", "builtin:digits@val", "--json")
     assert again.code == 0, again.err
     twice = json.loads(again.out)
     assert twice["summary"]["temperature"] == pytest.approx(
-        _summary(Path(first.out.strip()))["temperature"], rel=1e-6
+        _summary(first)["temperature"], rel=1e-6
     )
     assert any("calibrated already" in w for w in twice["warnings"])
 
@@ -218,18 +218,7 @@ def test_safetensors_export_and_import_keep_the_calibration_and_eval_gates_on_it
 ) -> None:
     import shutil
 
-    made = cli(
-        "calibrate",
-        overconfident_vit,
-        "--data",
-        "builtin:digits@val",
-        "--abstain-coverage",
-        "0.8",
-        "--out",
-        tmp_path / "c",
-    )
-    assert made.code == 0, made.err
-    calibrated = Path(made.out.strip())
+    calibrated = _calibrate(cli, overconfident_vit, tmp_path / "c", "--abstain-coverage", "0.8")
     temperature = _summary(calibrated)["temperature"]
     exported = cli("export", calibrated, "--format", "safetensors", "--json")
     payload = json.loads(exported.out)

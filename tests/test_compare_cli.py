@@ -8,12 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import ok
 from uqcompress.artifacts import open_artifact
-
-
-def _ok(result) -> str:  # type: ignore[no-untyped-def]
-    assert result.code == 0, result.err
-    return str(result.out.strip())
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +31,7 @@ def two_evals(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
 
 def test_compare_tabulates_each_eval_with_latency_ratios(cli, two_evals: list[Path]) -> None:  # type: ignore[no-untyped-def]
     result = cli("compare", *map(str, two_evals), "--baseline", "1", "--names", "first,second")
-    path = Path(_ok(result))
+    path = Path(ok(result))
     assert "uqc compare" in result.err  # the table on stderr
     table = json.loads((path / "comparison.json").read_text())
     assert [r["model"] for r in table["rows"]] == ["first", "second"]

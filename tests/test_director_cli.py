@@ -9,13 +9,9 @@ import numpy as np
 import onnx
 import pytest
 
+from tests.conftest import ok
 from uqcompress.artifacts import open_artifact
 from uqcompress.export import contract
-
-
-def _ok(result) -> str:  # type: ignore[no-untyped-def]
-    assert result.code == 0, result.err
-    return str(result.out.strip())
 
 
 @pytest.fixture(scope="module")
@@ -58,11 +54,11 @@ def test_student_evaluates_as_samples_and_exports_with_a_noise_input(
     from uqcompress.export.runtime import Predictor
 
     metrics = json.loads(
-        _ok(cli("eval", str(vit_student), "--data", "builtin:digits@test", "--json"))
+        ok(cli("eval", str(vit_student), "--data", "builtin:digits@test", "--json"))
     )
     assert metrics["summary"]["members"] == 3 and "disagreement" in metrics["summary"]
     again = json.loads(
-        _ok(
+        ok(
             cli(
                 "eval",
                 str(vit_student),
@@ -79,8 +75,8 @@ def test_student_evaluates_as_samples_and_exports_with_a_noise_input(
     more = cli(
         "eval", str(vit_student), "--data", "builtin:digits@test", "--samples", "5", "--json"
     )
-    assert json.loads(_ok(more))["summary"]["members"] == 5
-    exported = Path(_ok(cli("export", str(vit_student), "--data", "builtin:digits@test")))
+    assert json.loads(ok(more))["summary"]["members"] == 5
+    exported = Path(ok(cli("export", str(vit_student), "--data", "builtin:digits@test")))
     parity = json.loads((exported / "parity.json").read_text())
     assert parity["passed"]
     model = onnx.load(str(exported / contract.ONNX_FILE))
@@ -119,10 +115,10 @@ def test_bert_student_replacing_the_last_block_exports_with_parity(  # type: ign
     cli, trained_bert_artifact: Path, sentiment_csv
 ) -> None:
     args = ["distill-director", str(trained_bert_artifact), "--data", str(sentiment_csv["train"])]
-    student = _ok(cli(*args, "--replace-last", "1", "--samples", "2", "--epochs", "1"))
+    student = ok(cli(*args, "--replace-last", "1", "--samples", "2", "--epochs", "1"))
     summary = open_artifact(Path(student), expect_kind="model").manifest.summary
     assert summary["replace_last"] == 1 and len(summary["distill_loss_per_step"]) == 1
-    exported = Path(_ok(cli("export", student)))
+    exported = Path(ok(cli("export", student)))
     parity = json.loads((exported / "parity.json").read_text())
     assert parity["passed"] and parity["padded_batches"] > 0  # noise follows the padded length
 

@@ -9,36 +9,24 @@ import numpy as np
 import onnx
 import pytest
 
+from tests.conftest import ok
 from uqcompress.artifacts import open_artifact
 from uqcompress.export import contract
 
 
-def _ok(result) -> str:  # type: ignore[no-untyped-def]
-    assert result.code == 0, result.err
-    return str(result.out.strip())
-
-
 def _members(cli, model: Path, data: str, select: str = "partition") -> str:  # type: ignore[no-untyped-def]
-    scores = _ok(cli("score", str(model), "--method", "l2", "--data", data, "--calib-size", "8"))
-    return _ok(cli("prune", scores, "--members", "2", "--select", select))
+    scores = ok(cli("score", str(model), "--method", "l2", "--data", data, "--calib-size", "8"))
+    return ok(cli("prune", scores, "--members", "2", "--select", select))
 
 
 @pytest.fixture(scope="module")
-def vit_members(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def vit_members(tmp_path_factory: pytest.TempPathFactory, briefly_trained_vit: Path) -> Path:
     """2 ViT members (partition: no shared head) of a briefly trained tiny ViT, built once."""
-    from uqcompress.steps import finetune, init, prune, score
+    from uqcompress.steps import prune, score
 
     root = tmp_path_factory.mktemp("hydra-vit")
-    base = init.run(
-        init.InitConfig(family="vit", labels=[str(d) for d in range(10)]), root / "init"
-    )
-    trained = finetune.run(
-        base.artifact.path,
-        finetune.FinetuneConfig(data="builtin:digits@val", epochs=2, lr=3e-3),
-        root / "trained",
-    )
     scores = score.run(
-        trained.artifact.path,
+        briefly_trained_vit,
         score.ScoreConfig(method="l2", data="builtin:digits@val", calib_size=8),
         root / "scores",
     )
@@ -50,13 +38,13 @@ def vit_members(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_fuse_writes_a_hydra_model_that_evaluates_like_its_members(cli, vit_members: Path) -> None:  # type: ignore[no-untyped-def]
-    hydra = _ok(cli("fuse", str(vit_members)))
+    hydra = ok(cli("fuse", str(vit_members)))
     summary = open_artifact(Path(hydra), expect_kind="model").manifest.summary
     assert summary["members"] == 2 and summary["method"] == "hydra"
     assert summary["exact"] is True and summary["max_logit_diff_vs_members"] < 1e-5
     assert summary["parameters"] < sum(summary["parameters_members"])  # MLP etc. shared
-    fused = json.loads(_ok(cli("eval", hydra, "--data", "builtin:digits@val", "--json")))
-    apart = json.loads(_ok(cli("eval", str(vit_members), "--data", "builtin:digits@val", "--json")))
+    fused = json.loads(ok(cli("eval", hydra, "--data", "builtin:digits@val", "--json")))
+    apart = json.loads(ok(cli("eval", str(vit_members), "--data", "builtin:digits@val", "--json")))
     assert fused["summary"]["members"] == 2
     for key in ("acc", "nll", "ece", "brier", "disagreement"):
         assert fused["summary"][key] == pytest.approx(apart["summary"][key], abs=1e-6)
@@ -65,11 +53,11 @@ def test_fuse_writes_a_hydra_model_that_evaluates_like_its_members(cli, vit_memb
 def test_fused_model_fine_tunes_jointly_and_exports_with_parity(cli, vit_members: Path) -> None:  # type: ignore[no-untyped-def]
     from uqcompress.export.runtime import Predictor
 
-    hydra = _ok(cli("fuse", str(vit_members)))
-    tuned = _ok(cli("finetune", hydra, "--data", "builtin:digits@val", "--epochs", "1"))
+    hydra = ok(cli("fuse", str(vit_members)))
+    tuned = ok(cli("finetune", hydra, "--data", "builtin:digits@val", "--epochs", "1"))
     tuned_summary = open_artifact(Path(tuned), expect_kind="model").manifest.summary
     assert tuned_summary["members"] == 2 and len(tuned_summary["loss_curve"]) == 1
-    exported = _ok(cli("export", tuned, "--data", "builtin:digits@test"))
+    exported = ok(cli("export", tuned, "--data", "builtin:digits@test"))
     artifact = open_artifact(Path(exported), expect_kind="onnx")
     assert artifact.manifest.summary["members"] == 2
     parity = json.loads((Path(exported) / "parity.json").read_text())
@@ -91,9 +79,9 @@ def test_fused_model_fine_tunes_jointly_and_exports_with_parity(cli, vit_members
 
 
 def test_separately_finetuned_members_fuse_with_a_warning(cli, vit_members: Path) -> None:  # type: ignore[no-untyped-def]
-    tuned = _ok(cli("finetune", str(vit_members), "--data", "builtin:digits@val", "--epochs", "1"))
+    tuned = ok(cli("finetune", str(vit_members), "--data", "builtin:digits@val", "--epochs", "1"))
     result = cli("fuse", tuned)
-    hydra = _ok(result)
+    hydra = ok(result)
     manifest = open_artifact(Path(hydra), expect_kind="model").manifest
     assert manifest.summary["exact"] is False and manifest.summary["shared_weight_spread"] > 0
     assert manifest.summary["max_logit_diff_vs_members"] < 1e-4  # vs the averaged members
@@ -102,9 +90,9 @@ def test_separately_finetuned_members_fuse_with_a_warning(cli, vit_members: Path
 
 def test_bert_members_fuse_and_export(cli, trained_bert_artifact: Path, sentiment_csv) -> None:  # type: ignore[no-untyped-def]
     members = _members(cli, trained_bert_artifact, str(sentiment_csv["train"]), "gumbel")
-    hydra = _ok(cli("fuse", members))
+    hydra = ok(cli("fuse", members))
     assert open_artifact(Path(hydra), expect_kind="model").manifest.summary["exact"] is True
-    exported = _ok(cli("export", hydra))
+    exported = ok(cli("export", hydra))
     parity = json.loads((Path(exported) / "parity.json").read_text())
     assert parity["passed"] and parity["padded_batches"] > 0
 
@@ -114,9 +102,9 @@ def test_loose_pruned_models_of_one_base_fuse(cli, vit_members: Path) -> None:  
 
     scores_ref = read_manifest(vit_members).inputs[1]
     scores = (vit_members / scores_ref.path).resolve()
-    a = _ok(cli("prune", str(scores), "--ratio", "0.5"))
-    b = _ok(cli("prune", str(scores), "--ratio", "0.25"))
-    hydra = _ok(cli("fuse", a, b))
+    a = ok(cli("prune", str(scores), "--ratio", "0.5"))
+    b = ok(cli("prune", str(scores), "--ratio", "0.25"))
+    hydra = ok(cli("fuse", a, b))
     summary = open_artifact(Path(hydra), expect_kind="model").manifest.summary
     assert summary["members"] == 2 and summary["padding_ratio"] > 0  # 2 vs 3 heads per layer
 
@@ -138,16 +126,16 @@ def test_fuse_bad_inputs_are_one_line_errors(cli, vit_members: Path, tmp_path: P
     out = tmp_path / "hydra"
     _refused(cli("fuse", str(model), "--out", str(out)), "members artifact")
     _refused(cli("fuse", str(scores), "--out", str(out)), "scores artifact")
-    pruned = _ok(cli("prune", str(scores), "--ratio", "0.5"))
+    pruned = ok(cli("prune", str(scores), "--ratio", "0.5"))
     _refused(cli("fuse", pruned, "--out", str(out)), "members artifact")  # a single member
     _refused(cli("fuse", str(model), pruned, "--out", str(out)), "was not pruned")
     _refused(cli("fuse", pruned, pruned, "--out", str(out)), "more than once")
-    other_base = _ok(
+    other_base = ok(
         cli("init", "--family", "vit", "--labels", ",".join("0123456789"), "--seed", "7")
     )
-    other_scores = _ok(cli("score", other_base, "--method", "l2", "--data", "builtin:digits@val"))
-    other = _ok(cli("prune", other_scores, "--ratio", "0.5"))
+    other_scores = ok(cli("score", other_base, "--method", "l2", "--data", "builtin:digits@val"))
+    other = ok(cli("prune", other_scores, "--ratio", "0.5"))
     _refused(cli("fuse", pruned, other, "--out", str(out)), "different base models")
-    hydra = _ok(cli("fuse", str(vit_members)))
+    hydra = ok(cli("fuse", str(vit_members)))
     _refused(cli("score", hydra, "--data", "builtin:digits@val", "--out", str(out)), "Hydra")
     assert not out.exists()

@@ -9,18 +9,14 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from tests.conftest import ok
 from uqcompress.artifacts import open_artifact
 from uqcompress.methods.pruning import jaccard_per_layer, select_member_heads
 
 
-def _ok(result) -> str:  # type: ignore[no-untyped-def]
-    assert result.code == 0, result.err
-    return str(result.out.strip())
-
-
 @pytest.fixture
 def member_scores(cli, tiny_vit_artifact: Path) -> str:  # type: ignore[no-untyped-def]
-    return _ok(
+    return ok(
         cli(
             "score",
             str(tiny_vit_artifact),
@@ -45,7 +41,7 @@ def test_score_members_writes_one_set_per_member(member_scores: str) -> None:
 
 
 def test_prune_members_topk_and_eval_as_an_ensemble(cli, member_scores: str) -> None:  # type: ignore[no-untyped-def]
-    members = _ok(cli("prune", member_scores, "--members", "3"))
+    members = ok(cli("prune", member_scores, "--members", "3"))
     artifact = open_artifact(Path(members), expect_kind="members")
     summary = artifact.manifest.summary
     assert summary["members"] == 3 and summary["heads_per_member"] == 2  # 1 head x 2 layers
@@ -57,9 +53,9 @@ def test_prune_members_topk_and_eval_as_an_ensemble(cli, member_scores: str) -> 
         "member1",
         "member2",
     ]
-    together = json.loads(_ok(cli("eval", members, "--data", "builtin:digits@val", "--json")))
+    together = json.loads(ok(cli("eval", members, "--data", "builtin:digits@val", "--json")))
     apart = json.loads(
-        _ok(
+        ok(
             cli(
                 "eval",
                 *(str(Path(members) / f"member{m}") for m in range(3)),
@@ -75,27 +71,27 @@ def test_prune_members_topk_and_eval_as_an_ensemble(cli, member_scores: str) -> 
 
 
 def test_finetune_members_trains_each_with_its_own_seed(cli, member_scores: str) -> None:  # type: ignore[no-untyped-def]
-    members = _ok(cli("prune", member_scores, "--members", "3"))
-    tuned = _ok(cli("finetune", members, "--data", "builtin:digits@val", "--epochs", "2"))
+    members = ok(cli("prune", member_scores, "--members", "3"))
+    tuned = ok(cli("finetune", members, "--data", "builtin:digits@val", "--epochs", "2"))
     summary = open_artifact(Path(tuned), expect_kind="members").manifest.summary
     curves = summary["loss_curves"]
     assert len(curves) == 3 and len(curves[0]) == 2
     assert curves[0] != curves[1]  # seeds differ, so do the runs
-    assert _ok(cli("eval", tuned, "--data", "builtin:digits@val")).startswith(
+    assert ok(cli("eval", tuned, "--data", "builtin:digits@val")).startswith(
         str(Path(tuned).parent)
     )
 
 
 def test_topk_from_one_score_set_is_refused(cli, tiny_vit_artifact: Path) -> None:  # type: ignore[no-untyped-def]
-    single = _ok(cli("score", str(tiny_vit_artifact), "--method", "l2"))
+    single = ok(cli("score", str(tiny_vit_artifact), "--method", "l2"))
     result = cli("prune", single, "--members", "3")
     assert result.code == 1 and "would be identical" in result.err
     assert "--members 3" in result.err
 
 
 def test_partition_members_share_no_head(cli, tiny_vit_artifact: Path) -> None:  # type: ignore[no-untyped-def]
-    single = _ok(cli("score", str(tiny_vit_artifact), "--method", "l2"))
-    members = _ok(cli("prune", single, "--members", "2", "--select", "partition", "--ratio", "0.5"))
+    single = ok(cli("score", str(tiny_vit_artifact), "--method", "l2"))
+    members = ok(cli("prune", single, "--members", "2", "--select", "partition", "--ratio", "0.5"))
     summary = open_artifact(Path(members)).manifest.summary
     assert summary["jaccard_per_layer"] == [0.0, 0.0]
     first, second = summary["kept_heads"]
@@ -110,8 +106,8 @@ def test_multi_set_scores_need_members(cli, member_scores: str) -> None:  # type
 
 
 def test_identical_members_are_warned_about(cli, tiny_vit_artifact: Path) -> None:  # type: ignore[no-untyped-def]
-    sets = _ok(cli("score", str(tiny_vit_artifact), "--method", "l2", "--members", "2"))
-    members = _ok(cli("prune", sets, "--members", "2"))
+    sets = ok(cli("score", str(tiny_vit_artifact), "--method", "l2", "--members", "2"))
+    members = ok(cli("prune", sets, "--members", "2"))
     manifest = open_artifact(Path(members)).manifest
     assert manifest.summary["jaccard_mean"] == 1.0
     assert any("near-identical" in w for w in manifest.warnings)

@@ -9,30 +9,18 @@ import numpy as np
 import onnx
 import pytest
 
+from tests.conftest import ok
 from uqcompress.artifacts import open_artifact
 from uqcompress.export import contract
 
 
-def _ok(result) -> str:  # type: ignore[no-untyped-def]
-    assert result.code == 0, result.err
-    return str(result.out.strip())
-
-
 @pytest.fixture(scope="module")
-def vit_sve(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from uqcompress.steps import finetune, init, sve
+def vit_sve(tmp_path_factory: pytest.TempPathFactory, briefly_trained_vit: Path) -> Path:
+    from uqcompress.steps import sve
 
     root = tmp_path_factory.mktemp("sve")
-    base = init.run(
-        init.InitConfig(family="vit", labels=[str(d) for d in range(10)]), root / "init"
-    )
-    trained = finetune.run(
-        base.artifact.path,
-        finetune.FinetuneConfig(data="builtin:digits@val", epochs=2, lr=3e-3),
-        root / "trained",
-    )
     return sve.run(
-        trained.artifact.path,
+        briefly_trained_vit,
         sve.SVEConfig(data="builtin:digits@val", val="builtin:digits@val", members=3, epochs=1),
         root / "sve",
     ).artifact.path
@@ -49,11 +37,11 @@ def test_svd_ensemble_summary_reports_costs_and_curves(vit_sve: Path) -> None:
 
 
 def test_svd_ensemble_evaluates_and_exports_in_both_forms(cli, vit_sve: Path) -> None:  # type: ignore[no-untyped-def]
-    metrics = json.loads(_ok(cli("eval", str(vit_sve), "--data", "builtin:digits@test", "--json")))
+    metrics = json.loads(ok(cli("eval", str(vit_sve), "--data", "builtin:digits@test", "--json")))
     assert metrics["summary"]["members"] == 3 and "disagreement" in metrics["summary"]
     sizes = {}
     for flags in ((), ("--materialize",)):
-        exported = Path(_ok(cli("export", str(vit_sve), "--data", "builtin:digits@test", *flags)))
+        exported = Path(ok(cli("export", str(vit_sve), "--data", "builtin:digits@test", *flags)))
         summary = open_artifact(exported, expect_kind="onnx").manifest.summary
         assert summary["members"] == 3
         assert summary["sve_form"] == ("materialized" if flags else "factorised")

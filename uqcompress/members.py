@@ -154,17 +154,13 @@ def peek_source(path: Path, role: str) -> tuple[SourceRef, int]:
 
 def peek_calibration(path: Path) -> dict[str, object] | None:
     """The stored calibration of a model, model dir or ONNX artifact, without loading it."""
-    import json
+    from uqcompress.models.loading import CALIBRATION_KEY, raw_config
 
     kind = read_manifest(path).kind if (path / MANIFEST_NAME).is_file() else None
     if kind == "onnx":
         found = read_manifest(path).summary.get("calibration")
-        return found if isinstance(found, dict) else None
-    try:
-        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    found = config.get("uqc_calibration") if isinstance(config, dict) else None
+    else:
+        found = raw_config(path).get(CALIBRATION_KEY)
     return found if isinstance(found, dict) else None
 
 

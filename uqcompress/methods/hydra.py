@@ -140,7 +140,6 @@ def fuse(members: list[LoadedModel]) -> LoadedModel:
 
     Its tokenizer or image preprocessing is the first member's (pruning never changes it).
     """
-    from uqcompress.models.loading import LoadedModel
     from uqcompress.models.surgery import KEPT_HEADS_KEY, kept_heads
 
     first = members[0]
@@ -171,14 +170,7 @@ def fuse(members: list[LoadedModel]) -> LoadedModel:
             _stack_heads(hydra.pooler, [_required(p.pooler) for p in parts], as_rows=False)
         _stack_heads(hydra.classifier, [p.classifier for p in parts], as_rows=False)
     hydra.eval()
-    return LoadedModel(
-        model=hydra,  # type: ignore[arg-type]  # a Hydra model stands where a classifier does
-        family=first.family,
-        config=config,
-        labels=list(first.labels),
-        tokenizer=first.tokenizer,
-        preprocessing=first.preprocessing,
-    )
+    return first.derived(hydra, config)
 
 
 def shared_weight_members(members: list[LoadedModel]) -> list[LoadedModel]:

@@ -243,7 +243,6 @@ def build_sve(
 ) -> LoadedModel:
     """The SVE model of a classifier: targets swapped for SVD layers, M heads (each a copy of
     the base head). The input `loaded` is left as it was."""
-    from uqcompress.models.loading import LoadedModel
 
     names = resolve_targets(loaded, targets)
     inner: Any = copy.deepcopy(loaded.model)
@@ -254,14 +253,7 @@ def build_sve(
     setattr(inner.config, SVE_KEY, spec.to_dict())
     model = SVEModel(inner, spec)
     model.eval()
-    return LoadedModel(
-        model=model,  # type: ignore[arg-type]  # an SVE model stands where a classifier does
-        family=loaded.family,
-        config=inner.config,
-        labels=list(loaded.labels),
-        tokenizer=loaded.tokenizer,
-        preprocessing=loaded.preprocessing,
-    )
+    return loaded.derived(model, inner.config)
 
 
 def _install(inner: Any, spec: SVESpec, generator: torch.Generator | None) -> None:

@@ -125,17 +125,22 @@ ENSEMBLE_NAMES = {
 }
 
 
-def ensemble_kind(source: ModelSource) -> str | None:
-    """Which ensemble-in-one-module key (ENSEMBLE_KEYS) the model's config.json carries, if
-    any; read without loading the weights, so steps can refuse before any work."""
+def raw_config(directory: Path) -> dict[str, Any]:
+    """A model directory's config.json as plain JSON, without transformers; {} when it is
+    missing or unreadable (load_model reports that with its own message)."""
     import json
 
     try:
-        raw = json.loads((source.path / "config.json").read_text(encoding="utf-8"))
+        raw = json.loads((Path(directory) / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return None  # load_model reports unreadable configs with its own message
-    if not isinstance(raw, dict):
-        return None
+        return {}
+    return raw if isinstance(raw, dict) else {}
+
+
+def ensemble_kind(source: ModelSource) -> str | None:
+    """Which ensemble-in-one-module key (ENSEMBLE_KEYS) the model's config.json carries, if
+    any; read without loading the weights, so steps can refuse before any work."""
+    raw = raw_config(source.path)
     return next((key for key in ENSEMBLE_KEYS if raw.get(key) is not None), None)
 
 
@@ -171,6 +176,18 @@ class LoadedModel:
     # that a step deriving a new model from this one (finetune, prune, ...) never carries a
     # stale calibration forward; `save_model(keep_calibration=True)` writes it back.
     calibration: Calibration | None = None
+
+    def derived(self, model: Any, config: PretrainedConfig) -> LoadedModel:
+        """Another model of the same task (an ensemble or student made from this one): same
+        family, labels and input handling; no calibration, no new-head record."""
+        return LoadedModel(
+            model=model,
+            family=self.family,
+            config=config,
+            labels=list(self.labels),
+            tokenizer=self.tokenizer,
+            preprocessing=self.preprocessing,
+        )
 
     @property
     def input_kind(self) -> str:
@@ -239,12 +256,9 @@ def load_model(source: ModelSource) -> LoadedModel:
             hint="pass a directory written by save_pretrained() of a BERT or ViT model",
         ) from exc
     family = family_for_config(config, str(path))
-    if getattr(config, "uqc_hydra", None) is not None:
-        return _finish(_load_hydra(path, config, family), path)
-    if getattr(config, "uqc_sve", None) is not None:
-        return _finish(_load_sve(path, config, family), path)
-    if getattr(config, "uqc_director", None) is not None:
-        return _finish(_load_director(path, config, family), path)
+    for key in ENSEMBLE_KEYS:
+        if getattr(config, key, None) is not None:
+            return _finish(_load_ensemble(key, path, config, family), path)
     if getattr(config, "uqc_kept_heads", None) is not None:
         return _finish(_load_pruned(path, config, family), path)
     try:
@@ -336,58 +350,47 @@ def _load_pruned(path: Path, config: Any, family: Family) -> LoadedModel:
     return loaded
 
 
-def _load_hydra(path: Path, config: Any, family: Family) -> LoadedModel:
-    """A fused Hydra model: its shapes come from the `uqc_hydra` spec in the config."""
+def _hydra_skeleton(config: Any, family: Family) -> Any:
+    from uqcompress.models.hydra_model import HydraModel
+
+    return HydraModel(config, family.name)
+
+
+def _sve_skeleton(config: Any, family: Family) -> Any:
+    from uqcompress.methods.sve import sve_skeleton
+
+    return sve_skeleton(config, family)
+
+
+def _director_skeleton(config: Any, family: Family) -> Any:
+    from uqcompress.methods.director import director_skeleton
+
+    return director_skeleton(config, family)
+
+
+# config key -> (how to build its empty module, what it is, the step that re-creates it)
+_SKELETONS: dict[str, tuple[Any, str, str]] = {
+    "uqc_hydra": (_hydra_skeleton, "Hydra model", "uqc fuse"),
+    "uqc_sve": (_sve_skeleton, "SVE model", "uqc svd-ensemble"),
+    "uqc_director": (_director_skeleton, "DIRECTOR model", "uqc distill-director"),
+}
+
+
+def _load_ensemble(key: str, path: Path, config: Any, family: Family) -> LoadedModel:
+    """An ensemble in one module (Hydra, SVE, DIRECTOR): its shapes come from the spec under
+    `key` in the config; the weights are loaded strictly into that skeleton."""
     import torch
     from safetensors.torch import load_model as load_safetensors_model
 
-    from uqcompress.models.hydra_model import HydraModel
-
+    skeleton, what, remake = _SKELETONS[key]
     try:
         with torch.random.fork_rng(devices=[]):  # loading must not move the global RNG
-            model: Any = HydraModel(config, family.name)
+            model: Any = skeleton(config, family)
         load_safetensors_model(model, str(path / "model.safetensors"), strict=True)
     except Exception as exc:  # missing file, wrong shapes, damaged data or spec
         raise ArtifactError(
-            f"cannot load the Hydra model in {path}: {first_line(exc)[:300]}",
-            hint="re-create it with uqc fuse",
-        ) from exc
-    model.eval()
-    return LoadedModel(model=model, family=family, config=config, labels=labels_of(config))
-
-
-def _load_sve(path: Path, config: Any, family: Family) -> LoadedModel:
-    """A Singular Value Ensemble: its shapes come from the `uqc_sve` spec in the config."""
-    from safetensors.torch import load_model as load_safetensors_model
-
-    from uqcompress.methods.sve import sve_skeleton
-
-    try:
-        model: Any = sve_skeleton(config, family)
-        load_safetensors_model(model, str(path / "model.safetensors"), strict=True)
-    except Exception as exc:  # missing file, wrong shapes, damaged data or spec
-        raise ArtifactError(
-            f"cannot load the SVE model in {path}: {first_line(exc)[:300]}",
-            hint="re-create it with uqc svd-ensemble",
-        ) from exc
-    model.eval()
-    return LoadedModel(model=model, family=family, config=config, labels=labels_of(config))
-
-
-def _load_director(path: Path, config: Any, family: Family) -> LoadedModel:
-    """A DIRECTOR student: its shapes come from the `uqc_director` spec and the teacher's
-    config it carries."""
-    from safetensors.torch import load_model as load_safetensors_model
-
-    from uqcompress.methods.director import director_skeleton
-
-    try:
-        model: Any = director_skeleton(config, family)
-        load_safetensors_model(model, str(path / "model.safetensors"), strict=True)
-    except Exception as exc:  # missing file, wrong shapes, damaged data or spec
-        raise ArtifactError(
-            f"cannot load the DIRECTOR model in {path}: {first_line(exc)[:300]}",
-            hint="re-create it with uqc distill-director",
+            f"cannot load the {what} in {path}: {first_line(exc)[:300]}",
+            hint=f"re-create it with {remake}",
         ) from exc
     model.eval()
     return LoadedModel(model=model, family=family, config=config, labels=labels_of(config))

@@ -48,7 +48,6 @@ class Param:
     kind: type  # int, float, str or bool (Path counts as str)
     many: bool  # a list: repeatable option or variadic argument
     required: bool
-    default: Any
 
 
 @dataclass(frozen=True)
@@ -71,12 +70,8 @@ class Command:
                     args.append(param.flag)
             else:
                 for item in items:
-                    args += [param.flag, _text(item)]
+                    args += [param.flag, str(item)]
         return args
-
-
-def _text(value: Any) -> str:
-    return str(value)
 
 
 def _callback(name: str) -> Callable[..., Any]:
@@ -130,14 +125,12 @@ def command(name: str) -> Command:
             names = [info.default, *(info.param_decls or ())]
             decls = [d for d in names if isinstance(d, str) and d.startswith("--")]
             flag = decls[0].split("/")[0] if decls else "--" + pname.replace("_", "-")
-        required = parameter.default is inspect.Parameter.empty
         key = pname.rstrip("_")
         params[key] = Param(
             key=key,
             flag=flag,
             kind=scalar,
             many=many,
-            required=required,
-            default=None if required else parameter.default,
+            required=parameter.default is inspect.Parameter.empty,
         )
     return Command(name=name, params=params)

@@ -151,7 +151,8 @@ def _option_text(step: dict[str, Any], key: str, text: str) -> Any:
 
 
 def _typed_like(current: Any, text: str, where: str, problems: list[str]) -> Any:
-    """`--set` values arrive as text: read them as the type of the value they replace."""
+    """A `--set` variable arrives as text: read it as the type of the value it replaces
+    (variables are scalars)."""
     if isinstance(current, bool):
         if text.lower() in ("true", "false"):
             return text.lower() == "true"
@@ -161,8 +162,6 @@ def _typed_like(current: Any, text: str, where: str, problems: list[str]) -> Any
             return int(text) if re.fullmatch(r"[-+]?\d+", text.strip()) else float(text)
         except ValueError:
             problems.append(f"{where}: expected a number, got {text!r}")
-    elif isinstance(current, list):
-        return [part.strip() for part in text.split(",")]
     return text
 
 

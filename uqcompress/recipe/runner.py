@@ -160,20 +160,26 @@ def _invoke(argv: list[str]) -> dict[str, Any]:
         ) from exc
 
 
+def _step_args(argv: list[str], force: bool) -> list[str]:
+    """The step's command line as the runner runs it: JSON result, `--force` passed on."""
+    return [*argv, "--json", *(["--force"] if force else [])]
+
+
+def _usage_error(exc: Any) -> ConfigError:
+    return ConfigError(exc.format_message() if hasattr(exc, "format_message") else str(exc))
+
+
 def _execute(step: Step, argv: list[str], force: bool) -> StepOutcome:
     import typer
 
-    args = argv + ["--json"] + (["--force"] if force else [])
+    args = _step_args(argv, force)
     start = time.perf_counter()
     try:
         result = _invoke(args)
     except UqcError as exc:
         raise StepFailed(step, exc) from exc
-    except typer.Exit as exc:  # a command that exits by itself (none does today)
-        raise StepFailed(step, UqcError(f"exited with code {exc.exit_code}")) from exc
     except typer.TyperException as exc:  # a usage error the recipe check did not catch
-        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
-        raise StepFailed(step, ConfigError(message)) from exc
+        raise StepFailed(step, _usage_error(exc)) from exc
     return StepOutcome(
         name=step.name,
         command=step.command,
@@ -197,7 +203,7 @@ def _plan(step: Step, argv: list[str], pending: list[str], force: bool) -> StepO
         return outcome
     try:
         with planning():
-            _invoke(argv + ["--json"] + (["--force"] if force else []))
+            _invoke(_step_args(argv, force))
     except PlannedStep as planned:
         outcome.status = WOULD_REUSE if planned.reusable else WOULD_BUILD
         outcome.path, outcome.kind, outcome.id = planned.dest, planned.kind, planned.id
@@ -205,8 +211,7 @@ def _plan(step: Step, argv: list[str], pending: list[str], force: bool) -> StepO
     except UqcError as exc:
         raise StepFailed(step, exc) from exc
     except typer.TyperException as exc:
-        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
-        raise StepFailed(step, ConfigError(message)) from exc
+        raise StepFailed(step, _usage_error(exc)) from exc
     raise RuntimeError(f"step {step.name} ran instead of planning")  # a step skipped the plan
 
 

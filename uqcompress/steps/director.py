@@ -120,7 +120,7 @@ def _distill(
         sampled_ce,
         student_trainable,
     )
-    from uqcompress.models.loading import LoadedModel, save_model
+    from uqcompress.models.loading import save_model
     from uqcompress.steps.init import model_summary
     from uqcompress.train import train
     from uqcompress.uq.metrics import accuracy, ece, softmax
@@ -207,14 +207,7 @@ def _distill(
     )
     student.to("cpu")
     frozen_teacher.to("cpu")
-    loaded = LoadedModel(
-        model=student,  # type: ignore[arg-type]  # a sampling student stands where a classifier does
-        family=teacher.family,
-        config=config,
-        labels=list(teacher.labels),
-        tokenizer=teacher.tokenizer,
-        preprocessing=teacher.preprocessing,
-    )
+    loaded = teacher.derived(student, config)
     save_model(loaded, writer.dir)
     counts = parameter_counts(frozen_teacher, student)
     summary = model_summary(loaded)
