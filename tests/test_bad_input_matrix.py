@@ -6,6 +6,7 @@ import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -112,6 +113,15 @@ def _images(tmp: Path, f: dict[str, Path], sizes: tuple[int, int] | None) -> lis
     return ["eval", str(f["vit"]), "--data", str(tmp / "imgs")]
 
 
+def _bomb(tmp: Path, f: dict[str, Path]) -> list[str]:
+    from PIL import Image
+
+    folder = tmp / "imgs" / "3"
+    folder.mkdir(parents=True)
+    Image.new("1", (15000, 15000)).save(folder / "big.png")  # 27 KB on disk, ~1 s to write
+    return ["eval", str(f["vit"]), "--data", str(tmp / "imgs")]
+
+
 def _occupied_out(tmp: Path, f: dict[str, Path]) -> list[str]:
     return [
         "init",
@@ -141,6 +151,70 @@ def _force_on_files(tmp: Path, f: dict[str, Path]) -> list[str]:
     ]
 
 
+def _foreign_site(tmp: Path, f: dict[str, Path]) -> list[str]:
+    site = tmp / "site"
+    (site / "src").mkdir(parents=True)
+    (site / "manifest.json").write_text('{"name": "app"}')
+    (site / "index.html").write_text("x")
+    return ["init", "--family", "bert", "--labels", "a,b", "--out", str(site), "--force"]
+
+
+def _artifact_with_own_files(tmp: Path, f: dict[str, Path]) -> list[str]:
+    path = _copy(tmp, f["bert"], "withnotes")
+    (path / "notes.txt").write_text("mine")
+    return ["init", "--family", "bert", "--labels", "a,b", "--out", str(path), "--force"]
+
+
+def _deep_manifest(tmp: Path, f: dict[str, Path]) -> list[str]:
+    path = _copy(tmp, f["bert"], "deep")
+    text = (path / "manifest.json").read_text()
+    deep = "[" * 100_000 + "]" * 100_000
+    (path / "manifest.json").write_text(
+        text.replace('"config": {', f'"config": {{"d": {deep}, ', 1)
+    )
+    return ["verify", str(path)]
+
+
+def _symlinked(tmp: Path, f: dict[str, Path]) -> list[str]:
+    path = _copy(tmp, f["bert"], "symlinked")
+    (path / "config.json").rename(tmp / "config.json")
+    (path / "config.json").symlink_to(tmp / "config.json")
+    return ["verify", str(path)]
+
+
+def _onnx_edited(tmp: Path, f: dict[str, Path], edit: Callable[[Any], None]) -> Path:
+    """A copy of the ONNX export with its graph edited and the manifest re-hashed (forged)."""
+    import hashlib
+
+    import onnx
+
+    path = _copy(tmp, f["vit_onnx"], "forged")
+    model = onnx.load(str(path / "model.onnx"))
+    edit(model)
+    onnx.save(model, str(path / "model.onnx"))
+    data = (path / "model.onnx").read_bytes()
+    _edit_manifest(
+        path,
+        lambda m: m["files"].update(
+            {"model.onnx": {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}}
+        ),
+    )
+    return path
+
+
+def _drop_labels(model: Any) -> None:
+    kept = [p for p in model.metadata_props if p.key != "uqc.labels"]
+    del model.metadata_props[:]
+    model.metadata_props.extend(kept)
+
+
+def _external_outside(model: Any) -> None:
+    tensor = max(model.graph.initializer, key=lambda t: len(t.raw_data))
+    tensor.ClearField("raw_data")
+    tensor.data_location = 1  # onnx.TensorProto.EXTERNAL
+    tensor.external_data.add(key="location", value="../outside.data")
+
+
 def _pruned(root: Path, family: str, seed: int) -> Path:
     """A pruned tiny model (built once per session under `root`)."""
     from uqcompress.steps import init, prune, score
@@ -155,6 +229,26 @@ def _pruned(root: Path, family: str, seed: int) -> Path:
     return prune.run(
         scores.artifact.path, prune.PruneConfig(ratio=0.5), out=root / f"{family}{seed}-pruned"
     ).artifact.path
+
+
+def _circuit_scores(tmp: Path, f: dict[str, Path], members: int) -> Path:
+    from uqcompress.steps import score
+
+    cfg = score.ScoreConfig(
+        method="circuit", data="builtin:digits@val", calib_size=8, ratio=0.5, members=members
+    )
+    return score.run(f["vit"], cfg, tmp / f"circuit{members}").artifact.path
+
+
+def _uneven_members(tmp: Path, f: dict[str, Path]) -> list[str]:
+    from uqcompress.steps import prune, score
+
+    first = score.run(f["vit"], score.ScoreConfig(method="l2"), tmp / "l2").artifact.path
+    uneven = prune.run(
+        first, prune.PruneConfig(ratio=0.5, scope="global"), out=tmp / "uneven"
+    ).artifact.path
+    scores = score.run(uneven, score.ScoreConfig(method="random"), tmp / "rnd").artifact.path
+    return ["prune", str(scores), "--members", "2"]
 
 
 def _fuse_families(tmp: Path, f: dict[str, Path]) -> list[str]:
@@ -260,6 +354,16 @@ ROWS: dict[str, tuple[Case, str]] = {
     ),
     "corrupt image": (lambda t, f: _images(t, f, None), "cannot read image"),
     "images of different sizes": (lambda t, f: _images(t, f, (8, 9)), "must share one size"),
+    "two columns of one name": (
+        lambda t, f: [
+            "eval",
+            str(f["bert"]),
+            "--data",
+            _csv(t, "d.csv", "text,text,label\na,b,pos\n"),
+        ],
+        "two columns named 'text' (columns 1 and 2)",
+    ),
+    "decompression-bomb image": (_bomb, "is 15000x15000 pixels (225,000,000), more than"),
     "occupied --out": (_occupied_out, "already holds a different model artifact"),
     "--force on other files": (_force_on_files, "--force only replaces artifacts"),
     "--out inside an input": (
@@ -273,13 +377,89 @@ ROWS: dict[str, tuple[Case, str]] = {
         ],
         "overlaps the input",
     ),
+    "--force onto a folder with another program's manifest.json": (
+        _foreign_site,
+        "--force only replaces artifacts",
+    ),
+    "--force onto an artifact holding files it does not list": (
+        _artifact_with_own_files,
+        "notes.txt, which its manifest does not list",
+    ),
+    "--out inside another artifact": (
+        lambda t, f: [
+            "init",
+            "--family",
+            "bert",
+            "--labels",
+            "a,b",
+            "--out",
+            str(_copy(t, f["eval"], "other") / "sub"),
+        ],
+        "is inside the artifact",
+    ),
+    "--out the working directory": (
+        lambda t, f: ["init", "--family", "bert", "--labels", "a,b", "--out", "."],
+        "is the working directory or a folder that contains it",
+    ),
+    "a manifest field of the wrong type": (
+        lambda t, f: [
+            "verify",
+            str(
+                _edit_manifest(_copy(t, f["bert"], "listkind"), lambda m: m.update(kind=["model"]))
+            ),
+        ],
+        "kind must be a string, not a list",
+    ),
+    "a manifest nested 100k levels deep": (_deep_manifest, "nests too deeply"),
+    "a symlink inside an artifact": (_symlinked, "config.json in"),
+    "ONNX metadata without uqc.labels": (
+        lambda t, f: [
+            "predict",
+            str(_onnx_edited(t, f, _drop_labels)),
+            "--data",
+            "builtin:digits@test",
+        ],
+        "does not follow the uqc export contract: its metadata has no uqc.labels",
+    ),
+    "ONNX external data outside the artifact": (
+        lambda t, f: [
+            "predict",
+            str(_onnx_edited(t, f, _external_outside)),
+            "--data",
+            "builtin:digits@test",
+        ],
+        "which is outside the artifact directory",
+    ),
     "out-of-range value": (
         lambda t, f: ["finetune", str(f["bert"]), "--data", str(f["train"]), "--epochs", "0"],
         "--epochs 0 must be at least 1",
     ),
+    "non-finite float option": (
+        lambda t, f: _sve(f, "--sigma-init", "inf"),
+        "--sigma-init inf is not a finite number",
+    ),
+    "training --weight-decay negative": (
+        lambda t, f: [
+            "finetune",
+            str(f["bert"]),
+            "--data",
+            str(f["train"]),
+            "--weight-decay",
+            "-0.1",
+        ],
+        "--weight-decay -0.1 must be a finite number, 0 or more",
+    ),
+    "--threads far above the cores": (
+        lambda t, f: ["eval", str(f["bert"]), "--data", str(f["test"]), "--threads", "100000"],
+        "--threads 100000 is more than",
+    ),
     "impossible --set": (
         lambda t, f: ["init", "--family", "vit", "--num-labels", "2", "--set", "hidden_size=0"],
         "hidden_size=0",
+    ),
+    "unknown init --set key": (
+        lambda t, f: ["init", "--family", "bert", "--labels", "a,b", "--set", "num_hidden_layer=1"],
+        "--set num_hidden_layer: unknown bert config key",
     ),
     "cuda without gpu": (
         lambda t, f: ["eval", str(f["bert"]), "--data", str(f["test"]), "--device", "cuda"],
@@ -309,6 +489,31 @@ ROWS: dict[str, tuple[Case, str]] = {
     "scores of another model": (
         lambda t, f: ["prune", str(f["vit"]), "--scores", str(f["scores"]), "--ratio", "0.5"],
         "were computed for model",
+    ),
+    "circuit scores for members without their ratio": (
+        lambda t, f: ["prune", str(_circuit_scores(t, f, 2)), "--members", "2"],
+        "searched for --ratio 0.5, not no --ratio",
+    ),
+    "circuit scores with --select gumbel": (
+        lambda t, f: [
+            "prune",
+            str(_circuit_scores(t, f, 2)),
+            "--members",
+            "2",
+            "--ratio",
+            "0.5",
+            "--select",
+            "gumbel",
+        ],
+        "circuit scores are searched head sets",
+    ),
+    "one circuit for several members": (
+        lambda t, f: ["prune", str(_circuit_scores(t, f, 1)), "--members", "2", "--ratio", "0.5"],
+        "hold 1 searched circuit(s)",
+    ),
+    "members from an unevenly pruned model": (
+        _uneven_members,
+        "keeps the same number of heads in every layer",
     ),
     "unknown score method": (
         lambda t, f: ["score", str(f["bert"]), "--method", "magic"],
@@ -348,6 +553,17 @@ ROWS: dict[str, tuple[Case, str]] = {
         lambda t, f: _sve(f, "--rank", "64"),
         "--rank 64 is larger than",
     ),
+    "lambda-std without mse": (
+        lambda t, f: [
+            "distill-director",
+            str(f["bert"]),
+            "--data",
+            str(f["train"]),
+            "--lambda-std",
+            "0.5",
+        ],
+        "--lambda-std applies only to --loss mse",
+    ),
     "calibrate --abstain-coverage outside (0, 1]": (
         lambda t, f: [
             "calibrate",
@@ -358,6 +574,10 @@ ROWS: dict[str, tuple[Case, str]] = {
             "1.5",
         ],
         "--abstain-coverage 1.5 must be in (0, 1]",
+    ),
+    "a recipe value that looks like an option": (
+        lambda t, f: ["run", _recipe(t), "--set", "steps.init.family=--help"],
+        "steps.init.family: '--help' starts with '-' like a command-line option",
     ),
     "a --set key that does not exist": (
         lambda t, f: ["run", _recipe(t), "--set", "vars.tarin=x.csv"],
@@ -380,6 +600,7 @@ def _recipe(tmp: Path) -> str:
 def inputs(
     tiny_bert_artifact: Path,
     tiny_vit_artifact: Path,
+    vit_onnx: Path,
     sentiment_csv: dict[str, Path],
     session_root: Path,
 ) -> dict[str, Path]:
@@ -398,6 +619,7 @@ def inputs(
     return {
         "bert": tiny_bert_artifact,
         "vit": tiny_vit_artifact,
+        "vit_onnx": vit_onnx,
         "eval": evaluation,
         "scores": scores,
         "root": session_root / "matrix-members",

@@ -236,3 +236,29 @@ def test_safetensors_export_and_import_keep_the_calibration_and_eval_gates_on_it
         "eval", overconfident_vit, "--data", "builtin:digits@test", "--gate", "temperature<=2"
     )
     assert refused.code == 1 and "unknown metric 'temperature'" in refused.err
+
+
+@pytest.mark.parametrize("score", ["entropy", "msp"])
+def test_the_abstain_threshold_is_fitted_on_the_values_every_consumer_computes(
+    cli: Callable[..., Any], overconfident_vit: Path, tmp_path: Path, score: str
+) -> None:
+    """Issue 14, item 20: the threshold is one of the scores `predict` computes (bitwise:
+    same formula, same float32 dtype), and the ONNX Predictor's to float32 round-off."""
+    from uqcompress.data import load_data
+    from uqcompress.export.runtime import Predictor
+    from uqcompress.members import TorchSource
+
+    extra = ("--abstain-coverage", "0.8", "--abstain-score", score)
+    calibrated = _calibrate(cli, overconfident_vit, tmp_path / "c", *extra)
+    threshold = _summary(calibrated)["abstain_threshold"]
+    data = load_data("builtin:digits@val")
+    torch_out = TorchSource(calibrated, "model", "cpu").predict(data, 64, None)
+    torch_scores = cal.abstain_scores(torch_out.probs, torch_out.entropy, torch_out.mutual_info)
+    assert threshold in set(torch_scores[score].tolist())
+    if score == "entropy":
+        assert float(np.float32(threshold)) == threshold  # a float32 value, as deployed
+        onnx_path = Path(ok(cli("export", calibrated, "--out", tmp_path / "onnx")))
+        assert data.images is not None
+        got = Predictor(onnx_path).predict_pixels(data.images)
+        assert np.abs(got.entropy.astype(np.float64) - threshold).min() <= 1e-6
+        assert np.abs(got.entropy - torch_out.entropy).max() <= 1e-5

@@ -369,6 +369,14 @@ EVAL = '[steps.e]\nrun = "eval"\nmodels = ["@init"]\ndata = "x.csv"\n'
             INIT + EVAL + '[gate]\nlatency_ms = "< 5"\n',
             "gate.latency_ms: latency is reported, never gated",
         ),
+        (
+            INIT + '[steps.t]\nrun = "finetune"\nmodel = "@init"\ndata = "x.csv"\nlr = inf\n',
+            "steps.t.lr: expected a finite number, got inf",
+        ),
+        (
+            INIT + '[steps.t]\nrun = "finetune"\nmodel = "@init"\ndata = "x.csv"\nlr = "nan"\n',
+            "steps.t.lr: expected a finite number, got 'nan'",
+        ),
     ],
 )
 def test_recipe_mistakes_are_named(tmp_path: Path, body: str, needle: str) -> None:

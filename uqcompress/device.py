@@ -7,6 +7,22 @@ import os
 from uqcompress.errors import ConfigError
 
 DEFAULT_THREADS = 1  # measured: CPU training with 1 torch thread beat 2 on 2-core machines
+# More threads than cores only adds contention; far more (measured: --threads 100000) makes
+# OpenBLAS / OpenMP fail to allocate per-thread buffers and kill the process (exit 139).
+THREADS_PER_CORE_LIMIT = 4
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # macOS / Windows have no sched_getaffinity
+        return max(1, os.cpu_count() or 1)
+
+
+def max_threads() -> int:
+    """The most `--threads` accepted: THREADS_PER_CORE_LIMIT x the usable cores."""
+    return THREADS_PER_CORE_LIMIT * usable_cores()
 
 
 def resolve_device(requested: str) -> str:
@@ -35,9 +51,14 @@ def resolve_device(requested: str) -> str:
 
 
 def configure_threads(threads: int | None) -> int:
-    """Set torch's intra-op threads (default 1, or $UQC_THREADS); returns the value used."""
+    """Set torch's intra-op threads (default 1, or $UQC_THREADS); returns the value used.
+
+    Refuses more than `max_threads()` (4 x the usable cores) rather than clamping: a number
+    that large is a typo or a misunderstanding, and silently running with fewer would hide it.
+    """
     import torch
 
+    flag = f"--threads {threads}"
     if threads is None:
         env = os.environ.get("UQC_THREADS", "").strip()
         if env and (not env.isdigit() or int(env) < 1):
@@ -46,7 +67,16 @@ def configure_threads(threads: int | None) -> int:
                 hint="set UQC_THREADS=1 (or unset it), or pass --threads N",
             )
         threads = int(env) if env else DEFAULT_THREADS
+        flag = f"UQC_THREADS={threads}"
     if threads < 1:
         raise ConfigError(f"--threads {threads} must be at least 1", hint="pass --threads 1")
+    limit = max_threads()
+    if threads > limit:
+        raise ConfigError(
+            f"{flag} is more than {limit} ({THREADS_PER_CORE_LIMIT} x the {usable_cores()} "
+            "CPU cores this process may use)",
+            hint=f"use 1 to {limit} threads (--threads or UQC_THREADS); 1 to {usable_cores()} "
+            "is usually fastest",
+        )
     torch.set_num_threads(threads)
     return threads

@@ -27,7 +27,10 @@ _CLAUSE = re.compile(
 )
 
 CORE_METRICS = ("acc", "nll", "brier", "ece", "aurc", "latency_ms", "parameters", "members")
-ENSEMBLE_METRICS = ("disagreement",)
+# M > 1 only: test-set means of predictive entropy, expected entropy (aleatoric) and mutual
+# information (epistemic); for one model the last two are degenerate (= entropy, 0).
+UNCERTAINTY_METRICS = ("entropy", "aleatoric", "mi")
+ENSEMBLE_METRICS = ("disagreement", *UNCERTAINTY_METRICS)
 OOD_SCORES = ("msp", "entropy")
 ENSEMBLE_OOD_SCORES = ("mi",)
 OOD_METRICS = ("auroc", "aupr", "fpr95")

@@ -81,11 +81,9 @@ class TorchSource(PredictionSource):
         self.calibration = self.loaded.calibration
 
     def predict(self, data: LabeledData, batch_size: int, max_length: int | None) -> MemberOutputs:
-        import torch
-
         from uqcompress.data.encoding import encode
         from uqcompress.inference import predict_logits
-        from uqcompress.uq.functional import uncertainty_outputs
+        from uqcompress.uq.functional import as_deployed
 
         encoded = encode(data, self.loaded, np.zeros(len(data), dtype=np.int64), max_length)
         self.truncated = encoded.truncated
@@ -93,12 +91,13 @@ class TorchSource(PredictionSource):
         member_logits = prediction.member_logits
         if self.calibration is not None:  # as the exported graph does: logits / T
             member_logits = member_logits / np.float32(self.calibration.temperature)
-        outputs = uncertainty_outputs(torch.from_numpy(member_logits).double())
+        # In float32, as the exported graph: an abstention threshold splits the same values.
+        probs, entropy, mutual_info = as_deployed(member_logits)
         return MemberOutputs(
             member_logits=member_logits,
-            probs=outputs.probs.numpy(),
-            entropy=outputs.entropy.numpy(),
-            mutual_info=outputs.mutual_info.numpy(),
+            probs=probs.astype(np.float64),
+            entropy=entropy.astype(np.float64),
+            mutual_info=mutual_info.astype(np.float64),
             seconds=prediction.seconds,
         )
 

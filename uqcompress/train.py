@@ -1,6 +1,8 @@
 """The one training loop (on `accelerate`), shared by finetune and every later training step.
 
 AdamW, linear warm-up then linear decay, gradient clipping, rich progress on stderr.
+Weight decay applies to weight matrices only: never to biases, norm weights or a module's
+declared no-decay parameters (SVE's singular values), see `parameter_groups`.
 Determinism: the same seed on CPU gives bitwise-identical weights (seeded global RNGs for
 dropout, a seeded generator for shuffling, no data-dependent parallelism).
 """
@@ -8,11 +10,13 @@ dropout, a seeded generator for shuffling, no data-dependent parallelism).
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from uqcompress import interrupts
 from uqcompress.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -44,6 +48,11 @@ class TrainConfig:
         if self.batch_size < 1:
             raise ConfigError(
                 f"--batch-size {self.batch_size} must be at least 1", hint="pass --batch-size 32"
+            )
+        if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
+            raise ConfigError(
+                f"--weight-decay {self.weight_decay} must be a finite number, 0 or more",
+                hint="pass e.g. --weight-decay 0.01 (0 turns weight decay off)",
             )
         if self.precision not in PRECISIONS:
             raise ConfigError(
@@ -83,6 +92,53 @@ def classification_loss(model: nn.Module, batch: dict[str, Any]) -> torch.Tensor
     logits = member_logits(model, inputs)  # [B, M, C]
     members = logits.shape[1]
     return F.cross_entropy(logits.flatten(0, 1), labels.repeat_interleave(members))
+
+
+# A module lists the names of its own parameters that must never be decayed here, e.g.
+# `NO_WEIGHT_DECAY = ("singular_values",)`: decay would pull them towards 0, i.e. shrink the
+# pretrained function itself rather than regularise a weight matrix.
+NO_DECAY_ATTRIBUTE = "NO_WEIGHT_DECAY"
+_NORM_CLASS = re.compile(r"Norm(\d*d)?$")  # LayerNorm, RMSNorm, MemberLayerNorm, BatchNorm1d
+
+
+def _is_norm(module: nn.Module) -> bool:
+    """A normalisation layer, by type: torch's own and any class named `...Norm`."""
+    from torch import nn
+
+    return isinstance(module, (nn.LayerNorm, nn.GroupNorm, nn.RMSNorm)) or any(
+        _NORM_CLASS.search(cls.__name__) for cls in type(module).__mro__
+    )
+
+
+def no_decay_names(model: nn.Module) -> set[str]:
+    """Names (as in `named_parameters()`) of the parameters that are never decayed: biases
+    (named `bias`, or any parameter of fewer than 2 dimensions: gains, scales), every
+    parameter of a norm layer, and those a module lists in its `NO_WEIGHT_DECAY`."""
+    names: set[str] = set()
+    for module_name, module in model.named_modules():
+        declared = set(getattr(module, NO_DECAY_ATTRIBUTE, ()))
+        norm = _is_norm(module)
+        for name, param in module.named_parameters(recurse=False):
+            if norm or name == "bias" or param.ndim < 2 or name in declared:
+                names.add(f"{module_name}.{name}" if module_name else name)
+    return names
+
+
+def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """The trainable parameters as two AdamW groups: decayed (weight matrices, embeddings)
+    and not decayed (see `no_decay_names`); an empty group is left out. A parameter shared
+    by two modules appears once."""
+    skip = no_decay_names(model)
+    decay: list[nn.Parameter] = []
+    keep: list[nn.Parameter] = []
+    for name, param in model.named_parameters():
+        if param.requires_grad:
+            (keep if name in skip else decay).append(param)
+    groups = [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": keep, "weight_decay": 0.0},
+    ]
+    return [g for g in groups if g["params"]]
 
 
 def _linear_schedule(total: int, warmup: int) -> Callable[[int], float]:
@@ -128,8 +184,7 @@ def train(
         mixed_precision=PRECISIONS[cfg.precision],
         dataloader_config=DataLoaderConfiguration(split_batches=True),
     )
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    optimizer = torch.optim.AdamW(parameter_groups(model, cfg.weight_decay), lr=cfg.lr)
     steps_per_epoch = len(loader)
     total = cfg.epochs * steps_per_epoch
     warmup = max(1, math.ceil(cfg.warmup_ratio * total))
@@ -156,6 +211,7 @@ def train(
             model.train()
             running, seen = 0.0, 0
             for batch in loader:
+                interrupts.check()  # a Ctrl-C whose KeyboardInterrupt was lost stops here
                 loss = loss_fn(model, batch)
                 accelerator.backward(loss)
                 if cfg.max_grad_norm > 0:

@@ -13,7 +13,6 @@ import torch.nn.functional as F
 from uqcompress.data.dataset import LabeledData
 from uqcompress.data.encoding import encode, make_loader, model_inputs
 from uqcompress.errors import ConfigError, DataError
-from uqcompress.methods import scoring
 from uqcompress.methods.scoring import (
     attention_entropy,
     auroc,
@@ -398,23 +397,6 @@ def test_l2_scores_by_hand(bert: LoadedModel) -> None:
     assert scores.shape == (2, 4) and scores.dtype == torch.float32
     assert float(scores[1, 2]) == pytest.approx(by_hand, rel=1e-5)
     assert len(set(scores.flatten().tolist())) == 8
-
-
-def test_unevenly_pruned_model_is_refused(
-    bert: LoadedModel, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    batches = text_batches(bert, TEXTS[:2], LABELS[:2], batch_size=2)
-    monkeypatch.setattr(scoring, "heads_per_layer", lambda loaded: [4, 3])
-    calls = [
-        lambda: taylor_scores(bert, batches),
-        lambda: hies_scores(bert, batches),
-        lambda: circuit_scores(bert, batches, [1, 1]),
-        lambda: l2_scores(bert),
-    ]
-    for call in calls:
-        with pytest.raises(ConfigError, match=r"\[4, 3\]") as info:
-            call()
-        assert info.value.hint == "score the model before pruning it"
 
 
 def test_unlabelled_or_empty_batches_are_data_errors(bert: LoadedModel) -> None:

@@ -4,16 +4,27 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from uqcompress.artifacts.hashing import sha256_file
 from uqcompress.artifacts.kinds import KIND_VERSIONS, MIGRATIONS
-from uqcompress.artifacts.manifest import MANIFEST_NAME, SCHEMA, SCHEMA_VERSION, Manifest
+from uqcompress.artifacts.manifest import (
+    MANIFEST_NAME,
+    SCHEMA,
+    SCHEMA_VERSION,
+    Manifest,
+    validate_envelope,
+)
 from uqcompress.errors import ArtifactError, IntegrityError, SchemaError
 
 _UPGRADE_HINT = "upgrade uqcompress (pip install -U uqcompress) to read it"
+_FORGED_HINT = "the artifact was edited or forged; do not trust it"
+# Real manifests are a few KiB (a large one lists a few thousand files); anything far bigger
+# is not one of ours, and reading it whole would only cost memory.
+MAX_MANIFEST_BYTES = 32 << 20
 
 
 @dataclass(frozen=True)
@@ -41,20 +52,25 @@ class Artifact:
         return safe_join(self.path, rel)
 
 
-def safe_join(root: Path, rel: str) -> Path:
-    """Join ``rel`` to ``root`` and refuse anything that would leave ``root``."""
+def safe_join(root: Path, rel: str, named_by: str | None = None) -> Path:
+    """Join ``rel`` to ``root`` and refuse anything that would leave ``root``.
+
+    Every path read from a file (a manifest's file list, an ONNX model's metadata or its
+    external-data locations) goes through here. Symlinks are resolved first, so a link that
+    points out of ``root`` is refused too. ``named_by`` says who named the path in the message
+    (default: the manifest of ``root``).
+    """
+    who = named_by or f"manifest of {root}"
+    if not isinstance(rel, str) or not rel or "\0" in rel:
+        raise IntegrityError(f"{who} names an invalid path {rel!r}", hint=_FORGED_HINT)
     candidate = Path(rel)
     if candidate.is_absolute() or rel.startswith(("/", "\\")):
-        raise IntegrityError(
-            f"manifest of {root} names an absolute path {rel!r}",
-            hint="the manifest was edited or forged; do not trust this artifact",
-        )
+        raise IntegrityError(f"{who} names an absolute path {rel!r}", hint=_FORGED_HINT)
     resolved_root = root.resolve()
     resolved = (resolved_root / candidate).resolve()
-    if resolved != resolved_root and resolved_root not in resolved.parents:
+    if resolved_root not in resolved.parents:
         raise IntegrityError(
-            f"manifest of {root} names {rel!r}, which is outside the artifact directory",
-            hint="the manifest was edited or forged; do not trust this artifact",
+            f"{who} names {rel!r}, which is outside the artifact directory", hint=_FORGED_HINT
         )
     return resolved
 
@@ -73,6 +89,12 @@ def read_manifest(path: Path) -> Manifest:
             hint="pass the directory a uqc step printed, not a file inside it",
         )
     manifest_path = path / MANIFEST_NAME
+    if manifest_path.is_symlink() or (manifest_path.exists() and not manifest_path.is_file()):
+        # never follow a link out of the artifact, nor block reading a FIFO
+        raise IntegrityError(
+            f"{manifest_path} is not a regular file (a symlink, FIFO or device)",
+            hint=_FORGED_HINT,
+        )
     if not manifest_path.is_file():
         if (path / "config.json").is_file():
             raise ArtifactError(
@@ -84,19 +106,37 @@ def read_manifest(path: Path) -> Manifest:
             "nor a transformers model directory (no config.json)",
             hint="pass a directory printed by a uqc step, or a save_pretrained directory",
         )
-    try:
-        raw = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise SchemaError(
-            f"{manifest_path} is not valid JSON ({exc})",
-            hint="the artifact is damaged; re-create it with the step that wrote it",
-        ) from exc
+    raw = load_manifest_json(manifest_path)
     if not isinstance(raw, dict) or raw.get("schema") != SCHEMA:
         raise SchemaError(
             f"{manifest_path} is not a uqcompress manifest",
             hint="pass a directory written by uqc",
         )
+    validate_envelope(raw, manifest_path)
     return Manifest.from_dict(_upgrade(raw, path), path)
+
+
+def load_manifest_json(manifest_path: Path) -> Any:
+    """Parse a manifest file's JSON; every way it can fail is one SchemaError."""
+    try:
+        size = manifest_path.stat().st_size
+        if size > MAX_MANIFEST_BYTES:
+            raise SchemaError(
+                f"{manifest_path} has {size} bytes; a uqcompress manifest is far smaller",
+                hint="the artifact is damaged; re-create it with the step that wrote it",
+            )
+        return json.loads(manifest_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SchemaError(
+            f"{manifest_path} is not valid JSON ({exc})",
+            hint="the artifact is damaged; re-create it with the step that wrote it",
+        ) from exc
+    except RecursionError:
+        # json.loads recurses once per nesting level: a 100k-deep document exhausts the stack
+        raise SchemaError(
+            f"{manifest_path} nests too deeply to be a uqcompress manifest",
+            hint="the artifact is damaged; re-create it with the step that wrote it",
+        ) from None
 
 
 def _upgrade(raw: dict[str, Any], path: Path) -> dict[str, Any]:
@@ -108,7 +148,7 @@ def _upgrade(raw: dict[str, Any], path: Path) -> dict[str, Any]:
             hint=_UPGRADE_HINT,
         )
     kind = raw.get("kind")
-    if kind not in KIND_VERSIONS:
+    if not isinstance(kind, str) or kind not in KIND_VERSIONS:
         raise SchemaError(
             f"{path} has kind {kind!r}, which this uqcompress does not know",
             hint=_UPGRADE_HINT,
@@ -137,11 +177,34 @@ def _upgrade(raw: dict[str, Any], path: Path) -> dict[str, Any]:
     return raw
 
 
+def walk_entries(root: Path) -> list[tuple[str, os.stat_result]]:
+    """Every entry under ``root`` as (relative posix path, lstat), never following symlinks.
+
+    Sorted, so errors name the same entry on every run.
+    """
+    entries: list[tuple[str, os.stat_result]] = []
+    for folder, dirs, files in os.walk(root, followlinks=False):
+        for name in dirs + files:
+            full = Path(folder) / name
+            entries.append((full.relative_to(root).as_posix(), full.lstat()))
+    return sorted(entries, key=lambda item: item[0])
+
+
 def verify_files(path: Path, manifest: Manifest) -> None:
     """Check every recorded file exists with its recorded size and sha256, and that the
-    directory holds no file the manifest does not list (nothing unchecked gets loaded)."""
-    for extra in sorted(p for p in path.rglob("*") if p.is_file()):
-        rel = extra.relative_to(path).as_posix()
+    directory holds no file the manifest does not list (nothing unchecked gets loaded) and
+    nothing but regular files and folders (a symlink could point anywhere; reading a FIFO
+    blocks forever)."""
+    for rel, info in walk_entries(path):
+        if stat.S_ISDIR(info.st_mode):
+            continue
+        if not stat.S_ISREG(info.st_mode):
+            what = "a symlink" if stat.S_ISLNK(info.st_mode) else "not a regular file"
+            raise IntegrityError(
+                f"{rel} in {path} is {what}; an artifact holds only regular files",
+                hint="replace it with the real file, or re-create the artifact with the step "
+                "that wrote it",
+            )
         if rel != MANIFEST_NAME and rel not in manifest.files:
             raise IntegrityError(
                 f"{rel} in {path} is not listed in its manifest (added or unlisted)",

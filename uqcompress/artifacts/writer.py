@@ -12,6 +12,7 @@ import platform
 import secrets
 import shutil
 import socket
+import stat
 import sys
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -20,11 +21,17 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from uqcompress import __version__
+from uqcompress import __version__, interrupts
 from uqcompress.artifacts.hashing import artifact_id, sha256_file
 from uqcompress.artifacts.kinds import KIND_VERSIONS
-from uqcompress.artifacts.manifest import MANIFEST_NAME, FileEntry, InputRef, Manifest
-from uqcompress.artifacts.reader import Artifact, open_artifact, read_manifest
+from uqcompress.artifacts.manifest import MANIFEST_NAME, SCHEMA, FileEntry, InputRef, Manifest
+from uqcompress.artifacts.reader import (
+    Artifact,
+    load_manifest_json,
+    open_artifact,
+    read_manifest,
+    walk_entries,
+)
 from uqcompress.errors import ArtifactError, UqcError
 
 TMP_MARKER = ".tmp-"
@@ -90,35 +97,82 @@ class OutputPlan:
         )
 
 
+def destination_path(plan: OutputPlan, out: Path | None) -> Path:
+    """Where a step writes: ``out``, or ``<default root>/<kind>-<id8>``."""
+    return Path(out) if out is not None else default_root() / f"{plan.kind}-{plan.id[:8]}"
+
+
+def is_uqc_manifest(path: Path) -> bool:
+    """Whether ``path`` is a regular file holding a uqcompress manifest (schema tag), however
+    damaged the rest of it is."""
+    if path.is_symlink() or not path.is_file():
+        return False
+    try:
+        raw = load_manifest_json(path)
+    except UqcError:
+        return False
+    return isinstance(raw, dict) and raw.get("schema") == SCHEMA
+
+
+def refuse_unless_replaceable(dest: Path) -> None:
+    """Raise unless ``--force`` may delete ``dest``: an empty folder, or a uqc artifact that
+    holds nothing but the files its manifest lists (it may be damaged: files missing or
+    changed). Anything else may be a user's own files, and --force never deletes those."""
+    entries = walk_entries(dest)
+    if not entries:
+        return
+    refusal = ArtifactError(
+        f"--out {dest} holds files that are not a uqc artifact; --force only replaces artifacts",
+        hint="choose another --out, or move those files away yourself",
+    )
+    manifest_path = dest / MANIFEST_NAME
+    if not is_uqc_manifest(manifest_path):
+        raise refusal
+    files = load_manifest_json(manifest_path).get("files")
+    listed = set(files) if isinstance(files, dict) else set()
+    # A folder is the artifact's own when it leads to a listed file.
+    folders = {"/".join(rel.split("/")[:i]) for rel in listed for i in range(1, rel.count("/") + 1)}
+    for rel, info in entries:
+        own = (
+            rel in folders
+            if stat.S_ISDIR(info.st_mode)
+            else stat.S_ISREG(info.st_mode) and (rel == MANIFEST_NAME or rel in listed)
+        )
+        if not own:
+            raise ArtifactError(
+                f"--out {dest} holds {rel}, which its manifest does not list; --force only "
+                "replaces a uqc artifact that holds nothing but its own files",
+                hint="choose another --out, or move that file away yourself",
+            )
+
+
 def resolve_destination(
     plan: OutputPlan, out: Path | None, force: bool
 ) -> tuple[Path, Artifact | None]:
     """Pick the output directory; return the existing artifact there if it can be reused.
 
     Same id at the destination: reuse (the caller skips the work). Anything else there:
-    refuse, unless ``force``.
+    refuse, unless ``force`` and it is an artifact holding only its own files (or empty).
     """
-    dest = Path(out) if out is not None else default_root() / f"{plan.kind}-{plan.id[:8]}"
+    dest = destination_path(plan, out)
+    if dest.is_symlink():
+        # renaming onto a link would replace the link, not what it points to: be explicit
+        raise ArtifactError(
+            f"--out {dest} is a symlink", hint="pass the folder it points to, or another --out"
+        )
     if not dest.exists():
         return dest, None
-    if dest.is_file():
-        raise ArtifactError(f"--out {dest} is a file", hint="choose a directory path for --out")
+    if not dest.is_dir():
+        raise ArtifactError(
+            f"--out {dest} is a file, not a folder", hint="choose a directory path for --out"
+        )
     try:
         existing = read_manifest(dest)
     except UqcError:
         existing = None
-    if existing is None and (dest / MANIFEST_NAME).exists():
-        existing_is_artifact = True  # a damaged artifact: --force may replace it
-    else:
-        existing_is_artifact = existing is not None
     if force:
-        if existing_is_artifact or not any(dest.iterdir()):
-            return dest, None
-        raise ArtifactError(
-            f"--out {dest} holds files that are not a uqc artifact; --force only replaces "
-            "artifacts",
-            hint="choose another --out, or move those files away yourself",
-        )
+        refuse_unless_replaceable(dest)
+        return dest, None
     if existing is not None and existing.id == plan.id and existing.kind == plan.kind:
         try:
             return dest, open_artifact(dest)
@@ -126,11 +180,12 @@ def resolve_destination(
             pass  # damaged: fall through to the refusal below, which names --force
     if existing is None and not any(dest.iterdir()):
         return dest, None  # an empty directory holds nothing to lose
-    what = (
-        f"a different {existing.kind} artifact (id {existing.id[:8]})"
-        if existing is not None
-        else "files that are not this artifact"
-    )
+    if existing is None:
+        what = "files that are not this artifact"
+    elif existing.id == plan.id and existing.kind == plan.kind:
+        what = f"this {existing.kind} artifact, damaged (it fails verification)"
+    else:
+        what = f"a different {existing.kind} artifact (id {existing.id[:8]})"
     raise ArtifactError(
         f"--out {dest} already holds {what}",
         hint="choose another --out, or pass --force to replace it",
@@ -232,6 +287,9 @@ class ArtifactWriter:
         tmp_manifest = self.dir / (MANIFEST_NAME + ".partial")
         tmp_manifest.write_text(manifest.to_json(), encoding="utf-8")
         os.replace(tmp_manifest, self.dir / MANIFEST_NAME)
+        # A Ctrl-C whose KeyboardInterrupt was lost (raised in a __del__, swallowed by a
+        # library) must still leave nothing behind.
+        interrupts.check()
         self._install()
         self._artifact = Artifact(path=self.dest, manifest=manifest)
 
@@ -271,30 +329,66 @@ class ArtifactWriter:
         return manifest
 
     def _install(self) -> None:
-        """Rename the finished temp dir onto the destination."""
+        """Rename the finished temp dir onto the destination.
+
+        With ``force``, an existing artifact is moved aside first and deleted only once the new
+        one is in place; if that rename fails, the old one is put back.
+        """
         trash: Path | None = None
-        if self.dest.exists():
-            if self.dest.is_dir() and not any(self.dest.iterdir()):
+        if self.dest.is_dir() and not self.dest.is_symlink():
+            if not any(self.dest.iterdir()):
                 self.dest.rmdir()
             elif self.force:
+                # Checked again here: the folder may have changed while the step ran.
+                refuse_unless_replaceable(self.dest)
                 trash = self.dest.parent / f".{self.dest.name}.old-{secrets.token_hex(4)}"
-                os.rename(self.dest, trash)
+                try:
+                    os.rename(self.dest, trash)
+                except OSError as exc:
+                    raise ArtifactError(
+                        f"cannot move the old artifact {self.dest} aside: {exc.strerror or exc}",
+                        hint="choose another --out",
+                    ) from exc
         try:
             os.rename(self.dir, self.dest)
-        except OSError:
+        except OSError as exc:
+            if trash is not None:
+                self._restore(trash, exc)
             # Another process finished the same artifact first: keep theirs if it is the same id.
             try:
                 theirs = read_manifest(self.dest)
             except UqcError:
                 theirs = None
             shutil.rmtree(self.dir, ignore_errors=True)
-            if theirs is None or theirs.id != self.plan.id:
+            if theirs is not None and theirs.id == self.plan.id:
+                return
+            if not self.dest.exists():
                 raise ArtifactError(
-                    f"--out {self.dest} was written by another process while this step ran",
-                    hint="choose another --out, or pass --force to replace it",
-                ) from None
+                    f"cannot write --out {self.dest}: {exc.strerror or exc}",
+                    hint="choose an --out in a writable directory",
+                ) from exc
+            raise ArtifactError(
+                f"--out {self.dest} was written by another process while this step ran",
+                hint="choose another --out, or pass --force to replace it",
+            ) from None
         if trash is not None:
             shutil.rmtree(trash, ignore_errors=True)
+
+    def _restore(self, trash: Path, exc: OSError) -> None:
+        """The new artifact could not be renamed into place: put the old one back."""
+        shutil.rmtree(self.dir, ignore_errors=True)
+        try:
+            os.rename(trash, self.dest)
+        except OSError:
+            raise ArtifactError(
+                f"cannot replace {self.dest} ({exc.strerror or exc}), nor put the previous "
+                f"artifact back from {trash}",
+                hint=f"move {trash} back to {self.dest} yourself",
+            ) from exc
+        raise ArtifactError(
+            f"cannot replace {self.dest}: {exc.strerror or exc}; the previous artifact is kept",
+            hint="choose another --out",
+        ) from exc
 
 
 def clean_stale_temp_dirs(root: Path) -> list[Path]:

@@ -9,13 +9,12 @@ command bodies, so `uqc --help` stays instant.
 from __future__ import annotations
 
 import os
-import signal
 import sys
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-from uqcompress import __version__
+from uqcompress import __version__, interrupts
 from uqcompress.cli import (
     calibrate_cmd,
     compare_cmd,
@@ -34,11 +33,13 @@ from uqcompress.cli import (
     score_cmd,
     sve_cmd,
 )
+from uqcompress.cli.options import FiniteFloatGroup
 from uqcompress.errors import UqcError
 
 INTERRUPTED = 130
 
 app = typer.Typer(
+    cls=FiniteFloatGroup,  # every float option refuses NaN / inf, naming the option
     name="uqc",
     help="uqcompress: smaller transformer classifiers that know when they do not know.\n\n"
     "Every step reads artifact directories and writes a new one; stdout carries only the "
@@ -94,13 +95,6 @@ def _quiet_libraries() -> None:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
-def _raise_interrupt(signum: int, frame: Any) -> None:
-    # SIGTERM takes the same clean-up path as Ctrl-C: temp dirs are removed on the way out.
-    # Later SIGTERMs are ignored so they cannot interrupt that clean-up.
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise KeyboardInterrupt
-
-
 def _error(message: str) -> None:
     from uqcompress.console import stderr
 
@@ -117,19 +111,35 @@ def run(argv: list[str] | None = None) -> int:
     if not args:
         args = ["--help"]  # a bare `uqc` shows the help and exits 0
     try:
+        interrupts.check()  # a signal during start-up whose KeyboardInterrupt was lost
         result = command.main(args=args, prog_name="uqc", standalone_mode=False)
+        # Typer turns KeyboardInterrupt (and so our SIGTERM) into exit code 130 itself.
         code = result if isinstance(result, int) else 0
-        if code == INTERRUPTED:
-            # Typer turns KeyboardInterrupt (and so our SIGTERM) into exit code 130 itself.
-            _error("interrupted; no artifact was written")
-        return code
-    except UqcError as exc:
+    except (typer.Abort, KeyboardInterrupt):
+        code = INTERRUPTED
+    except BaseException as exc:
+        # After a signal, whatever else went wrong is its doing (a half-finished import, a
+        # library that turned the KeyboardInterrupt into another error): report the signal.
+        if not interrupts.interrupted():
+            return _failure(exc)
+        code = INTERRUPTED
+    if code == INTERRUPTED or interrupts.interrupted():
+        # Also when the KeyboardInterrupt itself was lost (raised in a __del__, swallowed by a
+        # library): the artifact writer refused to install anything once the signal came.
+        _error("interrupted; no artifact was written")
+        return INTERRUPTED
+    return code
+
+
+def _failure(exc: BaseException) -> int:
+    """The exit code of an exception that escaped a command, its one line printed."""
+    if isinstance(exc, UqcError):
         if os.environ.get("UQC_DEBUG"):
-            raise
+            raise exc
         hint = f" (fix: {exc.hint})" if exc.hint else ""
         _error(_escape(f"{exc.message}{hint}"))
         return exc.exit_code
-    except typer.TyperException as exc:
+    if isinstance(exc, typer.TyperException):
         # Typer's usage errors (unknown option, missing argument, unparsable value) carry
         # exit code 2 and a context naming the command; we keep them to one short line.
         code = int(getattr(exc, "exit_code", 2))
@@ -138,9 +148,7 @@ def run(argv: list[str] | None = None) -> int:
         message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
         sys.stderr.write(f"error: {message}{where}\n")
         return code
-    except (typer.Abort, KeyboardInterrupt):
-        _error("interrupted; no artifact was written")
-        return INTERRUPTED
+    raise exc  # anything else is a bug and keeps its traceback
 
 
 def _escape(text: str) -> str:
@@ -150,14 +158,15 @@ def _escape(text: str) -> str:
 
 
 def main() -> None:
-    signal.signal(signal.SIGTERM, _raise_interrupt)
+    # First line: from here on a signal is recorded as well as raised, so it cannot be lost.
+    interrupts.install()
+    code: int | None = None
     try:
         code = run()
+        interrupts.settle()  # decided: a later signal must not turn it into a kill by signal
     except KeyboardInterrupt:  # a signal that landed outside the command (start-up, teardown)
-        _error("interrupted; no artifact was written")
-        code = INTERRUPTED
-    # The outcome is decided: a signal arriving from here on must not turn the exit code into
-    # a kill by signal.
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+        interrupts.settle()
+        if code is None:
+            _error("interrupted; no artifact was written")
+            code = INTERRUPTED
     sys.exit(code)

@@ -29,8 +29,9 @@ def compare(
     force: Force = False,
     json_out: Json = False,
 ) -> None:
-    """Compare evaluations: accuracy, NLL, ECE, Brier, OOD AUROC/FPR95/AUPR, parameters,
-    latency and its ratio to a baseline. Prints the table on stderr; the artifact holds
+    """Compare evaluations: accuracy, NLL, ECE, Brier, AURC, an ensemble's mean entropy,
+    aleatoric entropy and MI, OOD AUROC/FPR95/AUPR, parameters, latency and its ratio to a
+    baseline. Prints the table on stderr; the artifact holds
     comparison.md / .csv / .json and comparison.png (reliability and OOD histograms)."""
     from uqcompress.cli.output import emit
     from uqcompress.cli.tables import print_metrics

@@ -17,6 +17,7 @@ from uqcompress.cli.options import (
     Seed,
     TextColumn,
     Threads,
+    WeightDecay,
     resolve_input,
     setup_compute,
 )
@@ -57,8 +58,13 @@ def distill_director(
     ] = "kl",
     lambda_mean: Annotated[float, typer.Option("--lambda-mean", help="Weight of L1.")] = 1.0,
     lambda_std: Annotated[
-        float, typer.Option("--lambda-std", help="Weight of the std term (--loss mse).")
-    ] = 0.1,
+        float | None,
+        typer.Option(
+            "--lambda-std",
+            help="Weight of the std term; only with --loss mse (default there: 0.1).",
+            show_default=False,
+        ),
+    ] = None,
     lambda_ce: Annotated[
         float, typer.Option("--lambda-ce", help="Weight of the sampled roll-out's CE (L2).")
     ] = 1.0,
@@ -68,6 +74,7 @@ def distill_director(
     ] = False,
     epochs: Annotated[int, typer.Option("--epochs", help="Passes over the data.")] = 10,
     lr: Annotated[float, typer.Option("--lr", help="Peak AdamW learning rate.")] = 1e-3,
+    weight_decay: WeightDecay = 0.01,
     batch_size: BatchSize = 32,
     seed: Seed = 0,
     max_length: MaxLength = None,
@@ -99,6 +106,7 @@ def distill_director(
         train_head=not freeze_head,
         epochs=epochs,
         lr=lr,
+        weight_decay=weight_decay,
         batch_size=batch_size,
         seed=seed,
         max_length=max_length,

@@ -68,7 +68,9 @@ def evaluate(
     force: Force = False,
     json_out: Json = False,
 ) -> None:
-    """Evaluate and write an eval artifact (metrics.json); prints a table on stderr."""
+    """Evaluate and write an eval artifact (metrics.json); prints a table on stderr. An
+    ensemble (M > 1: several models, Hydra, SVE, DIRECTOR samples) also reports the test-set
+    means of predictive entropy, aleatoric entropy and mutual information."""
     from uqcompress.cli.output import emit
     from uqcompress.cli.tables import print_calibration, print_metrics
     from uqcompress.steps import eval as step

@@ -17,6 +17,7 @@ from uqcompress.cli.options import (
     Seed,
     TextColumn,
     Threads,
+    WeightDecay,
     resolve_input,
     setup_compute,
 )
@@ -35,6 +36,7 @@ def finetune(
     ] = None,
     epochs: Annotated[int, typer.Option("--epochs", help="Passes over the data.")] = 3,
     lr: Annotated[float, typer.Option("--lr", help="Peak AdamW learning rate.")] = 5e-4,
+    weight_decay: WeightDecay = 0.01,
     batch_size: BatchSize = 32,
     seed: Seed = 0,
     max_length: MaxLength = None,
@@ -63,6 +65,7 @@ def finetune(
         val=val,
         epochs=epochs,
         lr=lr,
+        weight_decay=weight_decay,
         batch_size=batch_size,
         seed=seed,
         max_length=max_length,

@@ -77,12 +77,19 @@ def inspect(
 def verify(
     artifact: Annotated[str, typer.Argument(help="Artifact directory ('-' reads stdin).")],
 ) -> None:
-    """Check every file of an artifact against its recorded size and sha256 (exit 1 if not)."""
+    """Check every file of an artifact against its recorded size and sha256, and that it holds
+    only regular files and no path leading out of it (exit 1 if not)."""
     from uqcompress.artifacts import open_artifact
     from uqcompress.console import stderr
+    from uqcompress.export.contract import ONNX_FILE
 
     path = resolve_input(artifact)
     opened = open_artifact(path, verify=True)
+    if opened.kind == "onnx" and ONNX_FILE in opened.manifest.files:
+        # paths inside the model (tokenizer, external data) must stay in the artifact too
+        from uqcompress.export.runtime import check_onnx_paths
+
+        check_onnx_paths(opened.file(ONNX_FILE))
     stderr.print(
         f"[green]ok[/green] {opened.kind} artifact {path}: "
         f"{len(opened.manifest.files)} files match their sha256"

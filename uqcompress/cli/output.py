@@ -6,6 +6,7 @@ import json
 import sys
 from typing import Any
 
+from uqcompress import interrupts
 from uqcompress.steps.common import StepResult
 
 
@@ -14,6 +15,7 @@ def emit(result: StepResult, as_json: bool) -> None:
 
     if not is_main_process():  # one result line per launch, not one per rank
         return
+    interrupts.check()  # an interrupted run reports no result, even a reused artifact
     artifact = result.artifact
     if as_json:
         payload: dict[str, Any] = {

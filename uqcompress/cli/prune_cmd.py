@@ -25,7 +25,7 @@ def prune(
             "--ratio",
             help="Fraction of heads to remove, [0, 1). Required for one "
             "model; with --members the default keeps max(1, round(H/M)) heads per "
-            "layer in each member.",
+            "layer in each member. Circuit scores need the ratio they were searched for.",
             show_default=False,
         ),
     ] = None,
@@ -61,8 +61,10 @@ def prune(
         typer.Option(
             "--select",
             help="Members: topk (score set m for member m; needs "
-            "uqc score --members M), gumbel (Gumbel-top-k sampling from one set) "
-            "or partition (ranked heads dealt round-robin: no shared head).",
+            "uqc score --members M), gumbel (Gumbel-top-k sampling from one ranking) "
+            "or partition (ranked heads dealt round-robin: no shared head). gumbel and "
+            "partition rank by the mean of all score sets when given several. Circuit "
+            "scores take topk only: member m keeps circuit m as searched.",
         ),
     ] = "topk",
     seed: Annotated[int, typer.Option("--seed", help="Seed of --select gumbel.")] = 0,

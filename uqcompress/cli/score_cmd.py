@@ -84,7 +84,11 @@ def score(
     force: Force = False,
     json_out: Json = False,
 ) -> None:
-    """Score every attention head ([L, H], higher = keep); pipe into uqc prune."""
+    """Score every attention head ([L, H], higher = keep); pipe into uqc prune.
+
+    A pruned model is scored for the heads it has now: H is its largest layer's head count,
+    and a layer with fewer heads has NaN in the slots it lacks.
+    """
     from uqcompress.cli.output import emit
     from uqcompress.steps import score as step
 

@@ -17,6 +17,7 @@ from uqcompress.cli.options import (
     Seed,
     TextColumn,
     Threads,
+    WeightDecay,
     resolve_input,
     setup_compute,
 )
@@ -57,6 +58,7 @@ def svd_ensemble(
     lr: Annotated[
         float, typer.Option("--lr", help="Peak AdamW learning rate (singular values, heads).")
     ] = 1e-3,
+    weight_decay: WeightDecay = 0.01,
     batch_size: BatchSize = 32,
     seed: Seed = 0,
     max_length: MaxLength = None,
@@ -88,6 +90,7 @@ def svd_ensemble(
         rank=rank,
         epochs=epochs,
         lr=lr,
+        weight_decay=weight_decay,
         batch_size=batch_size,
         seed=seed,
         max_length=max_length,

@@ -21,6 +21,12 @@ TRAILING = (
     ("members", "M", "{}"),
 )
 TABLE_OOD_SCORE = "entropy"  # every model has it; MI needs M > 1
+# An ensemble's mean uncertainty decomposition (eval reports it for M > 1 only).
+UNCERTAINTY = (
+    ("entropy", "entropy", "{:.3f}"),
+    ("aleatoric", "aleatoric", "{:.3f}"),
+    ("mi", "MI", "{:.3f}"),
+)
 
 
 def ood_sets(rows: list[tuple[str, dict[str, Any]]]) -> list[str]:
@@ -37,10 +43,14 @@ def ood_sets(rows: list[tuple[str, dict[str, Any]]]) -> list[str]:
 def print_metrics(
     rows: list[tuple[str, dict[str, Any]]], title: str = "evaluation", ratio: bool = False
 ) -> None:
-    """One row per model; OOD columns (AUROC, FPR95 of predictive entropy) per OOD set;
-    with `ratio`, the latency ratio to a baseline (`latency_ratio`) too."""
+    """One row per model; an ensemble's mean entropy, aleatoric part and MI when any row is
+    an ensemble; OOD columns (AUROC, FPR95 of predictive entropy) per OOD set; with `ratio`,
+    the latency ratio to a baseline (`latency_ratio`) too."""
     columns: list[tuple[str, str, str]] = list(LEADING)
-    for name in ood_sets(rows):
+    if any("mi" in metrics for _, metrics in rows):
+        columns += UNCERTAINTY
+    sets = ood_sets(rows)
+    for name in sets:
         prefix = f"ood.{name}.{TABLE_OOD_SCORE}"
         columns += [
             (f"{prefix}.auroc", f"{name}\nAUROC", "{:.3f}"),
@@ -49,9 +59,7 @@ def print_metrics(
     columns += TRAILING
     if ratio:
         columns.insert(len(columns) - 2, ("latency_ratio", "x base", "{:.2f}"))
-    table = Table(
-        title=title, caption="OOD scored by predictive entropy" if len(columns) > 8 else None
-    )
+    table = Table(title=title, caption="OOD scored by predictive entropy" if sets else None)
     table.add_column("model", overflow="fold")
     for _, header, _ in columns:
         table.add_column(header, justify="right")

@@ -9,6 +9,11 @@ from uqcompress.artifacts.hashing import sha256_bytes, sha256_file
 from uqcompress.data.dataset import LabeledData
 from uqcompress.errors import DataError
 
+# The csv module refuses fields over 131,072 characters by default; a long review is data, not
+# an error (the tokenizer truncates it like any long JSON Lines text). 2**31 - 1 fits a C long
+# on every platform, where sys.maxsize overflows one on Windows.
+CSV_FIELD_LIMIT = 2**31 - 1
+
 # suffix -> (datasets builder, what it is, how to fix a file that does not parse)
 FORMATS: dict[str, tuple[str, str, str]] = {
     ".csv": ("csv", "CSV", "check that the file is a comma-separated table with a header row"),
@@ -46,6 +51,8 @@ def load_text_file(
     builder, what, hint = FORMATS[path.suffix.lower()]
     if builder == "csv":
         _check_csv_shape(path)
+    elif builder == "parquet":
+        _check_parquet_columns(path)
     datasets.disable_progress_bars()
     datasets.logging.set_verbosity_error()
     try:
@@ -99,6 +106,8 @@ def _check_csv_shape(path: Path) -> None:
             f"{path} is not UTF-8 text (byte {exc.start} is {raw[exc.start]:#04x})",
             hint="re-save the file as UTF-8",
         ) from exc
+    if csv.field_size_limit() < CSV_FIELD_LIMIT:
+        csv.field_size_limit(CSV_FIELD_LIMIT)
     rows = [row for row in csv.reader(io.StringIO(text, newline="")) if row]
     if not rows:
         raise DataError(f"{path} is empty", hint="pass a CSV with a header row and examples")
@@ -106,6 +115,7 @@ def _check_csv_shape(path: Path) -> None:
         raise DataError(
             f"{path} has a header but no rows", hint="pass a file with at least one example"
         )
+    refuse_duplicate_columns(path, rows[0])
     width = len(rows[0])
     for number, row in enumerate(rows[1:], start=2):
         if len(row) != width:
@@ -113,3 +123,27 @@ def _check_csv_shape(path: Path) -> None:
                 f"{path} row {number} has {len(row)} fields; the header has {width}",
                 hint="quote fields that contain commas, and give every row the header's columns",
             )
+
+
+def _check_parquet_columns(path: Path) -> None:
+    """Duplicate Parquet column names, named before pyarrow reports an obscure FieldRef error."""
+    import pyarrow.parquet as pq
+
+    try:
+        names = pq.read_schema(path).names
+    except Exception:  # an unreadable file: load_dataset reports it with the usual message
+        return
+    refuse_duplicate_columns(path, names)
+
+
+def refuse_duplicate_columns(path: Path, names: list[str]) -> None:
+    """Two columns with one name: the reader would keep one or rename the other (`text.1`)
+    silently, so which one becomes the text or the labels would be a guess."""
+    seen: dict[str, int] = {}
+    for number, name in enumerate(names, start=1):
+        if name in seen:
+            raise DataError(
+                f"{path} has two columns named {name!r} (columns {seen[name]} and {number})",
+                hint="rename one of them so every column name is distinct",
+            )
+        seen[name] = number

@@ -63,24 +63,59 @@ def load_image_folder(root: Path, require_labels: bool = True) -> LabeledData:
 
 def _read(path: Path) -> npt.NDArray[np.float32]:
     """One image as `[H, W]` (grey) or `[H, W, 3]` (colour) on the 0..255 scale."""
+    import warnings
+
     from PIL import Image, UnidentifiedImageError
 
     try:
-        with Image.open(path) as image:
-            image.load()
-            mode = image.mode
-            if mode in _GREY_MODES:
-                array = np.asarray(image.convert("I") if mode != "L" else image, np.float32)
-                if mode.startswith("I;16") or mode == "I":
-                    array = array * np.float32(255.0 / 65535.0)
-                elif mode == "1":
-                    array = array * np.float32(255.0)
-                return array
-            return np.asarray(image.convert("RGB"), dtype=np.float32)
+        # Above Image.MAX_IMAGE_PIXELS PIL only warns (above twice that it raises); either way
+        # such a file would cost gigabytes as float32 pixels, far beyond any classifier input.
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            return _decode(path)
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+        raise DataError(
+            f"image {path} is {_size_text(path)}, more than the {Image.MAX_IMAGE_PIXELS:,} "
+            "pixels uqc reads from one image (a possible decompression bomb)",
+            hint="resize the image to the model's input size, or remove it",
+        ) from exc
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
         raise DataError(
             f"cannot read image {path} ({exc})", hint="replace or remove the damaged file"
         ) from exc
+
+
+def _decode(path: Path) -> npt.NDArray[np.float32]:
+    from PIL import Image
+
+    with Image.open(path) as image:
+        image.load()
+        mode = image.mode
+        if mode in _GREY_MODES:
+            array = np.asarray(image.convert("I") if mode != "L" else image, np.float32)
+            if mode.startswith("I;16") or mode == "I":
+                array = array * np.float32(255.0 / 65535.0)
+            elif mode == "1":
+                array = array * np.float32(255.0)
+            return array
+        return np.asarray(image.convert("RGB"), dtype=np.float32)
+
+
+def _size_text(path: Path) -> str:
+    """'WxH pixels (N)' from the header alone, for the message about an oversized image."""
+    from PIL import Image
+
+    limit = Image.MAX_IMAGE_PIXELS
+    try:
+        # Opening reads only the header; the limit is lifted just for that and restored.
+        Image.MAX_IMAGE_PIXELS = None
+        with Image.open(path) as image:
+            width, height = image.size
+    except Exception:  # the size is for the message only; the refusal stands without it
+        return "too large"
+    finally:
+        Image.MAX_IMAGE_PIXELS = limit
+    return f"{width}x{height} pixels ({width * height:,})"
 
 
 def _as_rgb(array: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:

@@ -26,7 +26,9 @@ AGGREGATION = "mean_probs"  # probs = mean over members of softmax(member_logits
 # Sampling models (DIRECTOR) take their random draws as an input, because ONNX Runtime's
 # random numbers are not torch's: `noise` `[B, S, K, T, d]` standard normal (S samples, K
 # steps, T tokens, d hidden). META_NOISE (JSON) has samples, steps, hidden, tokens (null for
-# text: T is the padded length) and the seed the Predictor uses when none is passed.
+# text: T is the padded length), the seed the Predictor uses when none is passed, and the
+# scheme by which it draws each example's noise from that seed and the example's content
+# (uq/noise.py: the same input gets the same draws in any batch, in torch and here).
 NOISE_INPUT = "noise"
 META_NOISE = "uqc.noise"
 

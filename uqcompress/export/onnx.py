@@ -22,6 +22,7 @@ import numpy as np
 from uqcompress.data.dataset import LabeledData
 from uqcompress.errors import ConfigError
 from uqcompress.export import contract
+from uqcompress.export.parity import Parity
 from uqcompress.models.loading import LoadedModel
 
 TRACE_BATCH = 2
@@ -33,12 +34,17 @@ MIN_OPSET = 18  # the dynamo exporter's floor
 
 @dataclass
 class ParityReport:
+    """The export gate's outcome: the shared `Parity` check of all four contract outputs
+    (`export/parity.py`) plus what only the export measures (argmax agreement, the batch
+    shapes and padding the gate exercised). Written as `parity.json`."""
+
     atol: float
     examples: int
     batch_size: int
     shapes: list[str] = field(default_factory=list)  # first input's shape per batch, "BxT"
     padded_batches: int = 0
     max_abs_diff: dict[str, float] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)  # NaN/inf, shape mismatches
     argmax_agreement: float = 1.0
     passed: bool = False
 
@@ -47,8 +53,9 @@ class ParityReport:
 
     def describe(self) -> str:
         diffs = ", ".join(f"{k} {v:.2e}" for k, v in self.max_abs_diff.items())
+        head = "".join(f"{p}; " for p in self.problems)
         return (
-            f"max |diff| {diffs}; argmax agreement {self.argmax_agreement:.4f} over "
+            f"{head}max |diff| {diffs}; argmax agreement {self.argmax_agreement:.4f} over "
             f"{self.examples} examples (atol {self.atol:g})"
         )
 
@@ -132,6 +139,8 @@ def write_metadata(path: Path, metadata: dict[str, str]) -> None:
 def metadata_for(
     loaded: LoadedModel, source_id: str, source_kind: str, members: int = 1
 ) -> dict[str, str]:
+    from uqcompress.uq.noise import NOISE_SCHEME
+
     if loaded.input_kind == "text":
         assert loaded.tokenizer is not None
         preprocessing: dict[str, Any] = {
@@ -166,6 +175,7 @@ def metadata_for(
                 "hidden": hidden,
                 "tokens": model.image_tokens(),
                 "seed": int(model.spec.seed),
+                "scheme": NOISE_SCHEME,  # how the Predictor draws per example (uq/noise.py)
             }
         )
     if loaded.calibration is not None:
@@ -230,6 +240,8 @@ def check_parity(
 
     Synthetic examples of mixed lengths are always appended, so that padding and lengths
     other than the trace example's are exercised even when the real data is uniform.
+    Passes when the shared `Parity` check passes (all four contract outputs within `atol`,
+    shapes equal, no NaN/inf on either side) and every argmax agrees.
     """
     import torch
 
@@ -239,7 +251,7 @@ def check_parity(
     n = len(subset)
     encoded = encode(subset, loaded, np.zeros(n, dtype=np.int64))
     report = ParityReport(atol=atol, examples=n, batch_size=PARITY_BATCH)
-    worst: dict[str, float] = dict.fromkeys(contract.OUTPUT_NAMES, 0.0)
+    parity = Parity(atol)
     agree = 0
     graph.eval()
     for start in range(0, n, PARITY_BATCH):
@@ -261,15 +273,13 @@ def check_parity(
             reference = [t.float().numpy() for t in graph(**batch)]
         got = predictor.run(onnx_inputs)
         produced = [got.member_logits, got.probs, got.entropy, got.mutual_info]
-        for name, ref, out in zip(contract.OUTPUT_NAMES, reference, produced, strict=True):
-            if ref.shape != out.shape:
-                worst[name] = float("inf")
-                continue
-            worst[name] = max(worst[name], float(np.max(np.abs(ref - out))))
-        agree += int(np.sum(np.argmax(reference[1], axis=1) == np.argmax(got.probs, axis=1)))
-    report.max_abs_diff = worst
+        parity.compare(reference, produced)
+        if reference[1].shape == got.probs.shape:
+            agree += int(np.sum(np.argmax(reference[1], axis=1) == np.argmax(got.probs, axis=1)))
+    report.max_abs_diff = dict(parity.max_abs_diff)
+    report.problems = list(parity.problems.values())
     report.argmax_agreement = agree / n
-    report.passed = worst["probs"] <= atol and agree == n
+    report.passed = parity.passed and agree == n
     return report
 
 

@@ -9,6 +9,8 @@ information. Never import torch here: a test runs this module where torch cannot
 from __future__ import annotations
 
 import json
+import mmap
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from uqcompress.artifacts.reader import safe_join
 from uqcompress.errors import ArtifactError, DataError
 from uqcompress.export import contract
 from uqcompress.uq.calibration import Calibration, abstain_scores, abstains
@@ -45,6 +48,233 @@ def _providers(device: str) -> list[str]:
     return ["CPUExecutionProvider"]
 
 
+_CONTRACT_HINT = "export the model with uqc export --format onnx"
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+def _mentions_location(onnx_path: Path) -> bool:
+    """Whether the file's bytes contain b"location": every external-data reference has that
+    key, so a file without it has none, and parsing it (seconds for a large model) can be
+    skipped."""
+    with onnx_path.open("rb") as handle:
+        if os.fstat(handle.fileno()).st_size == 0:
+            return False
+        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            return data.find(b"location") != -1
+
+
+def check_onnx_paths(onnx_path: Path, metadata: bool = True) -> None:
+    """Refuse an ONNX file whose external-data locations (or, with ``metadata``, the tokenizer
+    path in its metadata) leave its folder, directly or through a symlink: `uqc verify` and
+    the Predictor (which checks the tokenizer path itself) both run this.
+
+    ONNX Runtime checks external data itself in recent versions, but with a traceback; older
+    ones do not check at all. Parses the graph without loading any external data.
+    """
+    if not metadata and not _mentions_location(onnx_path):
+        return
+    try:
+        import onnx
+        from google.protobuf.message import DecodeError
+    except ImportError:  # a deployment without the onnx package: ORT's own check remains
+        return
+    try:
+        model = onnx.load(str(onnx_path), load_external_data=False)
+    except (DecodeError, ValueError, OSError) as exc:
+        raise ArtifactError(
+            f"{onnx_path} is not a readable ONNX model ({_first_line(exc)})",
+            hint="pass a model written by uqc export --format onnx",
+        ) from exc
+    graphs, tensors = [model.graph], []
+    while graphs:  # the main graph and every subgraph (If/Loop bodies), without recursion
+        graph = graphs.pop()
+        tensors.extend(graph.initializer)
+        for sparse in graph.sparse_initializer:
+            tensors.extend((sparse.values, sparse.indices))
+        for node in graph.node:
+            for attribute in node.attribute:
+                tensors.extend([attribute.t, *attribute.tensors])
+                graphs.extend([attribute.g, *attribute.graphs])
+    for tensor in tensors:
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        entries = {entry.key: entry.value for entry in tensor.external_data}
+        safe_join(
+            onnx_path.parent,
+            entries.get("location", ""),
+            named_by=f"the external data of {tensor.name!r} in {onnx_path}",
+        )
+    meta = {prop.key: prop.value for prop in model.metadata_props}
+    try:
+        preprocessing = json.loads(meta.get(contract.META_PREPROCESSING, "{}"))
+    except (json.JSONDecodeError, RecursionError):
+        return  # not a path; the Predictor refuses the malformed value in one line
+    tokenizer = preprocessing.get("tokenizer") if isinstance(preprocessing, dict) else None
+    if tokenizer is not None:
+        safe_join(onnx_path.parent, tokenizer, named_by=f"the metadata of {onnx_path}")
+
+
+class _Metadata:
+    """The `uqc.*` metadata of an ONNX model, each value parsed and type-checked, and the
+    graph's inputs and outputs checked against it (what the Predictor relies on)."""
+
+    def __init__(self, meta: dict[str, str], onnx_path: Path) -> None:
+        self.meta, self.path = meta, onnx_path
+        labels = self._json(contract.META_LABELS)
+        if (
+            not isinstance(labels, list)
+            or not labels
+            or not all(isinstance(x, str) for x in labels)
+        ):
+            self._refuse(f"{contract.META_LABELS} must be a non-empty list of class names")
+        self.labels: list[str] = labels
+        kind = self._text(contract.META_INPUT_KIND)
+        if kind not in ("text", "image"):
+            self._refuse(f"{contract.META_INPUT_KIND} is {kind!r}, not 'text' or 'image'")
+        self.input_kind: str = kind
+        # A sampling model (uqc.noise) also takes its draws as the input `noise`.
+        sampling = contract.META_NOISE in meta
+        allowed: tuple[str, ...] = (
+            contract.TEXT_INPUTS if kind == "text" else contract.IMAGE_INPUTS
+        ) + ((contract.NOISE_INPUT,) if sampling else ())
+        names = self._json(contract.META_INPUT_NAMES)
+        if (
+            not isinstance(names, list)
+            or len(set(map(str, names))) != len(names)
+            or not all(isinstance(x, str) and x in allowed for x in names)
+            or (contract.NOISE_INPUT in names) != sampling
+            or set(names) <= {contract.NOISE_INPUT}
+        ):
+            self._refuse(
+                f"{contract.META_INPUT_NAMES} must list distinct inputs out of "
+                f"{', '.join(allowed)} for this {kind} model"
+                + (f" ({contract.NOISE_INPUT} included)" if sampling else "")
+            )
+        self.input_names: list[str] = names
+        members = self._text(contract.META_MEMBERS)
+        if not members.isdigit() or int(members) < 1:
+            self._refuse(f"{contract.META_MEMBERS} is {members!r}, not a positive integer")
+        self.members = int(members)
+        self.preprocessing: dict[str, Any] = self._object(
+            contract.META_PREPROCESSING,
+            _TEXT_PREPROCESSING if kind == "text" else _IMAGE_PREPROCESSING,
+        )
+        self.noise: dict[str, Any] | None = (
+            self._object(contract.META_NOISE, _NOISE) if contract.META_NOISE in meta else None
+        )
+        self.calibration: Calibration | None = None
+        if contract.META_CALIBRATION in meta:
+            raw = self._json(contract.META_CALIBRATION)
+            try:
+                self.calibration = Calibration.from_dict(raw)
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                self._refuse(f"{contract.META_CALIBRATION} is malformed ({exc!r})")
+
+    def _refuse(self, problem: str) -> Any:
+        raise ArtifactError(
+            f"{self.path} does not follow the uqc export contract: {problem}",
+            hint=_CONTRACT_HINT,
+        )
+
+    def _text(self, key: str) -> str:
+        if key not in self.meta:
+            self._refuse(f"its metadata has no {key}")
+        return self.meta[key]
+
+    def _json(self, key: str) -> Any:
+        try:
+            return json.loads(self._text(key))
+        except (json.JSONDecodeError, RecursionError):
+            return self._refuse(f"{key} is not valid JSON")
+
+    def _object(self, key: str, fields: dict[str, tuple[type | tuple[type, ...], bool]]) -> Any:
+        value = self._json(key)
+        if not isinstance(value, dict):
+            self._refuse(f"{key} must be a JSON object")
+        for name, (types, required) in fields.items():
+            if name not in value:
+                if required:
+                    self._refuse(f"{key} has no {name!r}")
+                continue
+            item = value[name]
+            if isinstance(item, bool) or not isinstance(item, types):
+                self._refuse(f"{key}: {name!r} has the wrong type ({type(item).__name__})")
+            if name in _POSITIVE and isinstance(item, int) and item < 1:
+                self._refuse(f"{key}: {name!r} is {item}, not a positive integer")
+            if isinstance(item, list) and not all(
+                isinstance(x, int | float) and not isinstance(x, bool) for x in item
+            ):
+                self._refuse(f"{key}: {name!r} must be a list of numbers")
+        return value
+
+    def check_graph(self, session: Any) -> None:
+        """The graph takes exactly the inputs the metadata names and returns the contract's
+        outputs, with the types and ranks the Predictor feeds and reads."""
+        want = {name: _INPUT_SPECS[name] for name in self.input_names}
+        got = {node.name: node for node in session.get_inputs()}
+        if set(got) != set(want):
+            self._refuse(f"the graph takes inputs {sorted(got)}, the metadata says {sorted(want)}")
+        for name, (dtype, rank) in want.items():
+            if got[name].type != dtype or len(got[name].shape) != rank:
+                self._refuse(
+                    f"input {name!r} is {got[name].type} of rank {len(got[name].shape)}, "
+                    f"not {dtype} of rank {rank}"
+                )
+        outputs = {node.name: node for node in session.get_outputs()}
+        for name, rank in zip(contract.OUTPUT_NAMES, (3, 2, 1, 1), strict=True):
+            if name not in outputs:
+                self._refuse(f"the graph has no output {name!r}")
+            if outputs[name].type != "tensor(float)" or len(outputs[name].shape) != rank:
+                self._refuse(
+                    f"output {name!r} is {outputs[name].type} of rank "
+                    f"{len(outputs[name].shape)}, not tensor(float) of rank {rank}"
+                )
+        # Static sizes, where the graph fixes them, must agree with the labels and members.
+        classes = outputs["probs"].shape[-1]
+        if isinstance(classes, int) and classes != len(self.labels):
+            self._refuse(
+                f"the graph returns {classes} classes, the metadata names {len(self.labels)}"
+            )
+        members = outputs["member_logits"].shape[1]
+        if isinstance(members, int) and members != self.members:
+            self._refuse(f"the graph returns {members} members, the metadata says {self.members}")
+
+
+# What the Predictor feeds each graph input: ONNX type and rank.
+_INPUT_SPECS = {
+    **{name: ("tensor(int64)", 2) for name in contract.TEXT_INPUTS},
+    "pixel_values": ("tensor(float)", 4),
+    contract.NOISE_INPUT: ("tensor(float)", 5),
+}
+# Metadata objects: key -> (allowed types, required).
+_NUMBER = (int, float)
+_TEXT_PREPROCESSING: dict[str, tuple[type | tuple[type, ...], bool]] = {
+    "tokenizer": (str, True),
+    "max_length": (int, True),
+    "pad_token_id": (int, False),
+}
+_IMAGE_PREPROCESSING: dict[str, tuple[type | tuple[type, ...], bool]] = {
+    "image_size": (int, True),
+    "num_channels": (int, True),
+    "image_mean": (list, True),
+    "image_std": (list, True),
+    "rescale_factor": (_NUMBER, True),
+}
+# sizes and counts: 0 or less would fail later, deep inside ONNX Runtime or numpy
+_POSITIVE = {"max_length", "image_size", "num_channels", "samples", "steps", "hidden", "tokens"}
+_NOISE: dict[str, tuple[type | tuple[type, ...], bool]] = {
+    "samples": (int, True),
+    "steps": (int, True),
+    "hidden": (int, True),
+    "tokens": ((int, type(None)), True),
+    "seed": (int, True),
+}
+
+
 class Predictor:
     """Run an exported model. ``source`` is an onnx artifact directory or a `.onnx` file
     (a text model then needs `tokenizer.json` beside it)."""
@@ -60,12 +290,25 @@ class Predictor:
                 f"{source} holds no {contract.ONNX_FILE}",
                 hint="pass an artifact written by uqc export --format onnx",
             )
+        # An ONNX file may come from anywhere: its external-data locations are checked before
+        # ONNX Runtime opens them, and every metadata value and the graph's inputs and outputs
+        # are checked against the contract before use, so a file uqc did not make is one line.
+        check_onnx_paths(onnx_path, metadata=False)
         options = ort.SessionOptions()
+        options.log_severity_level = 3  # errors only: ORT's warnings would bury our one line
         if threads is not None:
             options.intra_op_num_threads = threads
-        self.session = ort.InferenceSession(
-            str(onnx_path), sess_options=options, providers=_providers(device)
-        )
+        try:
+            self.session = ort.InferenceSession(
+                str(onnx_path), sess_options=options, providers=_providers(device)
+            )
+        except Exception as exc:  # ORT's own exception types (Fail, InvalidGraph, ...)
+            if not type(exc).__module__.startswith("onnxruntime"):
+                raise
+            raise ArtifactError(
+                f"ONNX Runtime cannot load {onnx_path}: {_first_line(exc)}",
+                hint="pass a model written by uqc export --format onnx",
+            ) from exc
         meta = self.session.get_modelmeta().custom_metadata_map
         if meta.get(contract.META_FORMAT) != contract.FORMAT_VERSION:
             raise ArtifactError(
@@ -73,25 +316,25 @@ class Predictor:
                 f"{contract.FORMAT_VERSION})",
                 hint="export the model with uqc export --format onnx",
             )
-        self.labels: list[str] = json.loads(meta[contract.META_LABELS])
-        self.input_kind: str = meta[contract.META_INPUT_KIND]
-        self.input_names: list[str] = json.loads(meta[contract.META_INPUT_NAMES])
-        self.members = int(meta[contract.META_MEMBERS])
-        self.preprocessing: dict[str, Any] = json.loads(meta[contract.META_PREPROCESSING])
+        spec = _Metadata(meta, onnx_path)
+        self.labels: list[str] = spec.labels
+        self.input_kind: str = spec.input_kind
+        self.input_names: list[str] = spec.input_names
+        self.members = spec.members
+        self.preprocessing: dict[str, Any] = spec.preprocessing
         self.source_id = meta.get(contract.META_SOURCE_ID, "")
         # Sampling models: the noise spec; draws come from a NumPy generator seeded per call.
-        self.noise: dict[str, Any] | None = (
-            json.loads(meta[contract.META_NOISE]) if contract.META_NOISE in meta else None
-        )
+        self.noise: dict[str, Any] | None = spec.noise
         # `uqc calibrate`: the temperature is in the graph; the abstention rule is applied here.
-        self.calibration = (
-            Calibration.from_dict(json.loads(meta[contract.META_CALIBRATION]))
-            if contract.META_CALIBRATION in meta
-            else None
-        )
+        self.calibration = spec.calibration
+        spec.check_graph(self.session)
         self._tokenizer: Any = None
         if self.input_kind == "text":
-            tokenizer_path = onnx_path.parent / self.preprocessing["tokenizer"]
+            tokenizer_path = safe_join(
+                onnx_path.parent,
+                self.preprocessing["tokenizer"],
+                named_by=f"the metadata of {onnx_path}",
+            )
             if not tokenizer_path.is_file():
                 raise ArtifactError(
                     f"{tokenizer_path} is missing; a text model needs its tokenizer",
@@ -99,7 +342,13 @@ class Predictor:
                 )
             from tokenizers import Tokenizer
 
-            self._tokenizer = Tokenizer.from_file(str(tokenizer_path))
+            try:
+                self._tokenizer = Tokenizer.from_file(str(tokenizer_path))
+            except Exception as exc:  # tokenizers raises plain Exception on a bad file
+                raise ArtifactError(
+                    f"cannot load the tokenizer {tokenizer_path}: {_first_line(exc)}",
+                    hint="keep the tokenizer.json that uqc export wrote beside model.onnx",
+                ) from exc
             self._tokenizer.no_padding()
             self._tokenizer.enable_truncation(int(self.preprocessing["max_length"]))
 
@@ -150,23 +399,31 @@ class Predictor:
     def draw_noise(
         self, inputs: dict[str, npt.NDArray[Any]], seed: int | None = None
     ) -> npt.NDArray[np.float32]:
-        """Standard normal draws for a sampling model's `noise` input, from a NumPy generator
-        seeded with `seed` (default: the seed in the metadata): reproducible per batch.
+        """Standard normal draws for a sampling model's `noise` input, per example: each from
+        its own generator seeded by `seed` (default: the seed in the metadata) and the
+        example's content (uq/noise.py), so an example gets the same draws, and the same
+        prediction, in any batch and as torch draws them.
 
         Shape: `[B, S, K, T, d]`.
         """
+        from uqcompress.uq.noise import NOISE_SCHEME
+        from uqcompress.uq.noise import draw_noise as draw
+
         assert self.noise is not None, "this model takes no noise"
-        first = next(iter(inputs.values()))
-        tokens = self.noise["tokens"] or first.shape[1]
-        shape = (
-            first.shape[0],
-            self.noise["samples"],
-            self.noise["steps"],
-            tokens,
-            self.noise["hidden"],
+        scheme = self.noise.get("scheme", NOISE_SCHEME)  # exports before the tag: this one
+        if scheme != NOISE_SCHEME:
+            raise ArtifactError(
+                f"the model's noise scheme {scheme!r} is not this uqc's ({NOISE_SCHEME!r})",
+                hint="export the model again with this uqc",
+            )
+        return draw(
+            inputs,
+            seed=int(self.noise["seed"] if seed is None else seed),
+            samples=int(self.noise["samples"]),
+            steps=int(self.noise["steps"]),
+            hidden=int(self.noise["hidden"]),
+            tokens=self.noise["tokens"],
         )
-        rng = np.random.default_rng(self.noise["seed"] if seed is None else seed)
-        return rng.standard_normal(shape, dtype=np.float32)
 
     def run(self, inputs: dict[str, npt.NDArray[Any]]) -> Prediction:
         """Run the graph on already-encoded inputs (a sampling model's noise is drawn when

@@ -27,10 +27,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from uqcompress.errors import ConfigError
+from uqcompress.models.families.base import config_head_dim
 from uqcompress.models.outputs import MemberOutput
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
     from uqcompress.models.loading import LoadedModel
 
@@ -38,6 +39,10 @@ DIRECTOR_KEY = "uqc_director"  # config field holding the DirectorSpec as a dict
 SUPPORTED_FAMILIES = ("bert", "vit")
 STD_FLOOR = 1e-4  # ALGORITHMS.md 4.3 (1): softplus + floor keeps the std strictly positive
 LOSSES = ("kl", "nll", "mse")
+# The inputs an example's noise is keyed on (uq/noise.py): what the exported graph takes.
+NOISE_KEYS = ("input_ids", "attention_mask", "token_type_ids", "pixel_values")
+# The student's children that are not its head.
+NEVER_HEAD = ("embeddings", "prefix", "transition")
 
 
 @dataclass(frozen=True)
@@ -174,12 +179,12 @@ class DiTBlock(nn.Module):
     Shape: x `[B, T, d]`, condition `[B, d]`, additive mask `[B, 1, 1, T]` or None -> x.
     """
 
-    def __init__(self, hidden: int, heads: int, mlp_ratio: float = 4.0) -> None:
+    def __init__(self, hidden: int, heads: int, head_dim: int, mlp_ratio: float = 4.0) -> None:
         super().__init__()
-        self.heads = heads
+        self.heads, self.head_dim = heads, head_dim
         self.norm1 = nn.LayerNorm(hidden, elementwise_affine=False, eps=1e-6)
-        self.qkv = nn.Linear(hidden, 3 * hidden)
-        self.proj = nn.Linear(hidden, hidden)
+        self.qkv = nn.Linear(hidden, 3 * heads * head_dim)
+        self.proj = nn.Linear(heads * head_dim, hidden)
         self.norm2 = nn.LayerNorm(hidden, elementwise_affine=False, eps=1e-6)
         inner = int(hidden * mlp_ratio)
         self.mlp = nn.Sequential(
@@ -197,11 +202,12 @@ class DiTBlock(nn.Module):
             6, dim=-1
         )
         h = self.norm1(x) * (1 + scale1) + shift1
-        batch, length, hidden = h.shape
-        qkv = self.qkv(h).reshape(batch, length, 3, self.heads, hidden // self.heads)
-        query, key, value = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+        batch, length, _ = h.shape
+        width = self.heads * self.head_dim
+        qkv = self.qkv(h).reshape(batch, length, 3, self.heads, self.head_dim)
+        query, key, value = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each [B, H, T, d_h]
         attended = F.scaled_dot_product_attention(query, key, value, attn_mask=mask)
-        x = x + gate1 * self.proj(attended.transpose(1, 2).reshape(batch, length, hidden))
+        x = x + gate1 * self.proj(attended.transpose(1, 2).reshape(batch, length, width))
         h = self.norm2(x) * (1 + scale2) + shift2
         return x + gate2 * self.mlp(h)
 
@@ -213,10 +219,10 @@ class Transition(nn.Module):
     Shape: x `[B, T, d]`, step `int`, mask -> mean, std `[B, T, d]`.
     """
 
-    def __init__(self, hidden: int, heads: int, depth: int) -> None:
+    def __init__(self, hidden: int, heads: int, head_dim: int, depth: int) -> None:
         super().__init__()
         self.time = TimestepEmbedder(hidden)
-        self.blocks = nn.ModuleList(DiTBlock(hidden, heads) for _ in range(depth))
+        self.blocks = nn.ModuleList(DiTBlock(hidden, heads, head_dim) for _ in range(depth))
         self.mean_head = nn.Sequential(nn.LayerNorm(hidden), nn.Linear(hidden, hidden), nn.GELU())
         self.std_head = nn.Sequential(nn.LayerNorm(hidden), nn.Linear(hidden, hidden))
 
@@ -241,7 +247,13 @@ class DirectorModel(nn.Module):
 
     Call it like the teacher; it returns `MemberOutput` with S sampled roll-outs. `noise`
     `[B, S, K, T, d]` makes the draws explicit (ONNX Runtime's random numbers are not
-    torch's); without it, noise comes from a generator seeded with the spec's seed.
+    torch's); without it, in eval mode each example draws from its own generator seeded by
+    the spec's seed and the example's content (uq/noise.py: the same input gets the same
+    prediction in any batch, here and in the Predictor); in training mode the draws are fresh.
+
+    The frozen parts (embeddings, kept prefix layers, and the head unless it trains) stay in
+    eval mode whatever `train()` says: like the teacher whose states they reproduce, they
+    run without dropout.
 
     Shape: inputs `[B, ...]` -> member_logits `[B, S, C]`.
     """
@@ -263,7 +275,9 @@ class DirectorModel(nn.Module):
         self.prefix = nn.ModuleList(copy.deepcopy(layer) for layer in list(layers)[:first])
         last = layers[len(layers) - 1]
         hidden = int(config.hidden_size)
-        self.transition = Transition(hidden, int(config.num_attention_heads), spec.depth)
+        self.transition = Transition(
+            hidden, int(config.num_attention_heads), config_head_dim(config), spec.depth
+        )
         if family == "bert":
             self.last_intermediate = copy.deepcopy(last.intermediate)
             self.last_output = copy.deepcopy(last.output)
@@ -274,6 +288,21 @@ class DirectorModel(nn.Module):
             self.last_mlp = copy.deepcopy(last.mlp)
             self.final_norm = copy.deepcopy(root.vit.layernorm)
         self.classifier = copy.deepcopy(root.classifier)
+
+    def frozen_parts(self) -> list[nn.Module]:
+        """The modules that never train: embeddings, kept prefix, and the head unless
+        `spec.train_head`."""
+        parts: list[nn.Module] = [self.embeddings, self.prefix]
+        if not self.spec.train_head:
+            parts += [m for name, m in self.named_children() if name not in NEVER_HEAD]
+        return parts
+
+    def train(self, mode: bool = True) -> DirectorModel:
+        """As `nn.Module.train`, but the frozen parts stay in eval mode (no dropout)."""
+        super().train(mode)
+        for part in self.frozen_parts():
+            part.eval()
+        return self
 
     @property
     def members(self) -> int:
@@ -328,11 +357,12 @@ class DirectorModel(nn.Module):
         self,
         x: torch.Tensor,
         mask: torch.Tensor | None,
-        noise: torch.Tensor | torch.Generator | None,
+        noise: torch.Tensor | torch.Generator | Callable[[], torch.Tensor] | None,
     ) -> torch.Tensor:
         """K sampled steps from x_0. Shape: x `[N, T, d]` -> x_K `[N, T, d]`. `noise`: the
-        draws `[K, N, T, d]`, a generator to draw each step's `[N, T, d]` from (only one
-        step's noise in memory), or None for the means only."""
+        draws `[K, N, T, d]`, a generator to draw each step's `[N, T, d]` from, a function
+        returning the next step's `[N, T, d]` (both keep one step's noise in memory), or
+        None for the means only."""
         for step in range(self.steps):
             mean, std = self.transition(x, step, mask)
             if noise is None:
@@ -340,8 +370,10 @@ class DirectorModel(nn.Module):
                 continue
             if isinstance(noise, torch.Generator):
                 draw = torch.randn(x.shape, generator=noise, device=x.device).to(x.dtype)
-            else:
+            elif isinstance(noise, torch.Tensor):
                 draw = noise[step]
+            else:
+                draw = noise()
             x = mean + std * draw
         return x
 
@@ -350,10 +382,12 @@ class DirectorModel(nn.Module):
         x0, mask = self.start_state(inputs)
         batch, length, hidden = x0.shape
         samples = self.spec.samples
-        draws: torch.Tensor | torch.Generator
-        if noise is None:  # seeded, drawn step by step; fresh draws while training
-            seed = self.spec.seed if not self.training else int(torch.randint(1 << 62, ()).item())
+        draws: torch.Tensor | torch.Generator | Callable[[], torch.Tensor]
+        if noise is None and self.training:  # fresh draws for every training batch
+            seed = int(torch.randint(1 << 62, ()).item())
             draws = torch.Generator(device=x0.device).manual_seed(seed)
+        elif noise is None:  # per example (uq/noise.py), as the ONNX Predictor draws them
+            draws = self._example_draws(inputs, x0)
         else:  # [B, S, K, T, d] -> [K, S*B, T, d], matching the folding below
             draws = noise.permute(2, 1, 0, 3, 4).reshape(
                 self.steps, samples * batch, length, hidden
@@ -364,6 +398,34 @@ class DirectorModel(nn.Module):
         logits = self.head(self.rollout(x, folded_mask, draws))  # [S*B, C]
         return MemberOutput(member_logits=logits.reshape(samples, batch, -1).transpose(0, 1))
 
+    def _example_draws(
+        self, inputs: dict[str, Any], x0: torch.Tensor
+    ) -> Callable[[], torch.Tensor]:
+        """Each step's draws, each example's from its own generator seeded by the model's seed
+        and the example's content, so a prediction does not depend on its batch.
+
+        Shape: each call -> `[S*B, T, d]` (sample-major, as the roll-out folds samples).
+        """
+        from uqcompress.uq.noise import ExampleNoise
+
+        # As the Predictor holds them: int64 ids, float32 pixels.
+        arrays = {
+            name: (value.detach().float() if name == "pixel_values" else value.detach().long())
+            .cpu()
+            .numpy()
+            for name, value in inputs.items()
+            if name in NOISE_KEYS and value is not None
+        }
+        batch, length, hidden = x0.shape
+        samples = self.spec.samples
+        stream = ExampleNoise(arrays, self.spec.seed, samples, hidden, tokens=length)
+
+        def next_step() -> torch.Tensor:
+            draw = torch.from_numpy(stream.step()).to(device=x0.device, dtype=x0.dtype)
+            return draw.transpose(0, 1).reshape(samples * batch, length, hidden)  # [S*B, T, d]
+
+        return next_step
+
 
 def student_trainable(model: DirectorModel, train_head: bool) -> None:
     """The transition always trains; the embeddings and kept prefix never; the head by flag."""
@@ -372,11 +434,7 @@ def student_trainable(model: DirectorModel, train_head: bool) -> None:
     for param in model.transition.parameters():
         param.requires_grad_(True)
     if train_head:
-        head_modules = [
-            m
-            for name, m in model.named_children()
-            if name not in ("embeddings", "prefix", "transition")
-        ]
+        head_modules = [m for name, m in model.named_children() if name not in NEVER_HEAD]
         for module in head_modules:
             for param in module.parameters():
                 param.requires_grad_(True)

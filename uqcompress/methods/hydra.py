@@ -163,12 +163,12 @@ def fuse(members: list[LoadedModel]) -> LoadedModel:
             _stack_norm(layer.norm_mlp, [p.norm_mlp[index] for p in parts])
             attention = [p.attention[index] for p in parts]
             _stack_qkv(layer.attention.qkv, attention)
-            _stack_heads(layer.attention.output, [a.output for a in attention], as_rows=True)
+            _stack_heads(layer.attention.output, [a.output for a in attention])
         if hydra.final_norm is not None:
             _stack_norm(hydra.final_norm, [_required(p.final_norm) for p in parts])
         if hydra.pooler is not None:
-            _stack_heads(hydra.pooler, [_required(p.pooler) for p in parts], as_rows=False)
-        _stack_heads(hydra.classifier, [p.classifier for p in parts], as_rows=False)
+            _stack_heads(hydra.pooler, [_required(p.pooler) for p in parts])
+        _stack_heads(hydra.classifier, [p.classifier for p in parts])
     hydra.eval()
     return first.derived(hydra, config)
 
@@ -237,12 +237,13 @@ def _stack_norm(target: Any, norms: list[nn.LayerNorm]) -> None:
     target.bias.copy_(torch.stack([n.bias for n in norms]))
 
 
-def _stack_heads(target: Any, linears: list[nn.Linear], as_rows: bool) -> None:
-    """Copy M linears into a GroupedLinear `[M, in, out]`, zero-padding the head axis.
+def _stack_heads(target: Any, linears: list[nn.Linear]) -> None:
+    """Copy M linears into a GroupedLinear `[M, in, out]`, zero-padding what a member lacks.
 
-    Shape: member m's weight `[out_m, in]` lands in `target.weight[m, :, :out_m]` (Q/K/V,
-    pooler, classifier); with `as_rows` (output projection) its `[out, in_m]` lands in
-    `target.weight[m, :in_m, :]` and its bias is the member's whole bias.
+    Shape: member m's weight `[out_m, in_m]` lands transposed in `target.weight[m, :in_m,
+    :out_m]` and its bias `[out_m]` in `target.bias[m, 0, :out_m]`. For the attention output
+    projection `in_m` is the member's kept heads times head_dim (the padded head slots get
+    zero rows); the pooler and classifier fill the whole `[in, out]`.
     """
     target.weight.zero_()
     target.bias.zero_()

@@ -2,13 +2,20 @@
 
 Pure selection logic on `[L, H]` score tensors; `models/surgery.py` removes the heads. Hydra's
 `--members` will call `select_heads` once per member score set (or with sampled scores).
+
+A model pruned before scoring has H_l heads in layer l (uneven after `--scope global`): its
+scores are `[L, max H_l]` with NaN in the slots `h >= H_l` (`methods/scoring.py`). NaN means
+"no such head": it is never selected, and `check_scores_fit` refuses scores whose NaN pattern
+does not match the model's heads.
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
 
-from uqcompress.errors import ConfigError
+from uqcompress.errors import ConfigError, IncompatibleInputError
 
 SCOPES = ("layer", "global")
 
@@ -20,16 +27,49 @@ def heads_to_remove(ratio: float, num_layers: int, num_heads: int, scope: str) -
     return round(ratio * num_layers * num_heads)
 
 
+def check_scores_fit(scores: torch.Tensor, heads: list[int]) -> None:
+    """Refuse scores that do not describe this model's heads: `[..., L, max H_l]`, NaN exactly
+    in the absent slots `h >= H_l`, finite everywhere else.
+
+    Shape: scores `[L, H]` or `[M, L, H]`; heads: the model's current count per layer.
+    """
+    width = max(heads) if heads else 0
+    if scores.dim() not in (2, 3) or tuple(scores.shape[-2:]) != (len(heads), width):
+        raise IncompatibleInputError(
+            f"scores have shape {list(scores.shape)}; the model has {len(heads)} layers with "
+            f"{heads} heads",
+            hint="score this model first: uqc score MODEL --data D",
+        )
+    absent = torch.arange(width)[None, :] >= torch.tensor(heads, dtype=torch.long)[:, None]
+    nan = torch.isnan(scores)
+    if bool((nan != absent).any()):
+        raise IncompatibleInputError(
+            f"the scores' missing (NaN) heads do not match the model's {heads} heads per layer",
+            hint="score this model first: uqc score MODEL --data D",
+        )
+    if bool(torch.isinf(scores).any()):
+        raise IncompatibleInputError(
+            "the scores hold infinite values", hint="re-score the model: uqc score MODEL --data D"
+        )
+
+
+def _present(scores: torch.Tensor) -> list[int]:
+    """Heads per layer that the (NaN-padded) scores describe. Shape: `[L, H]` -> L counts."""
+    return [int(n) for n in (~torch.isnan(scores)).sum(dim=1)]
+
+
 def select_heads(
     scores: torch.Tensor, ratio: float, scope: str = "layer", min_heads_per_layer: int = 1
 ) -> list[list[int]]:
     """Per layer, the sorted indices of the heads to keep (highest scores kept).
 
-    Shape: scores `[L, H]` (higher = more important) -> L lists.
+    Shape: scores `[L, H]` (higher = more important; NaN = no such head) -> L lists.
 
-    - `layer`: every layer removes round(ratio * H) of its heads.
-    - `global`: the round(ratio * L * H) lowest-scoring heads across all layers go, except that
-      each layer keeps its `min_heads_per_layer` best heads (uneven heads per layer result).
+    With H_l the heads layer l has (its non-NaN scores; H for every layer of an unpruned
+    model) and the floor f_l = min(`min_heads_per_layer`, H_l):
+    - `layer`: every layer removes round(ratio * H_l) of its heads.
+    - `global`: the round(ratio * sum H_l) lowest-scoring heads across all layers go, except
+      that each layer keeps its f_l best heads (uneven heads per layer result).
     Ties break towards the lower head index, so selection is deterministic.
     """
     if not 0.0 <= ratio < 1.0:
@@ -42,36 +82,44 @@ def select_heads(
             f"--min-heads-per-layer {min_heads_per_layer} is outside 0..{num_heads}",
             hint="pass --min-heads-per-layer 1",
         )
-    remove = heads_to_remove(ratio, num_layers, num_heads, scope)
-    removable = num_layers * (num_heads - min_heads_per_layer)
-    per_layer_remove = round(ratio * num_heads)
-    if scope == "layer" and num_heads - per_layer_remove < min_heads_per_layer:
-        raise ConfigError(
-            f"--ratio {ratio} removes {per_layer_remove} of {num_heads} heads per layer, "
-            f"leaving fewer than --min-heads-per-layer {min_heads_per_layer}",
-            hint=f"with this floor at most {num_heads - min_heads_per_layer} heads per layer "
-            "can go: lower --ratio or --min-heads-per-layer",
-        )
+    counts = _present(scores)
+    floors = [min(min_heads_per_layer, h) for h in counts]
+    total = sum(counts)
+    remove = sum(round(ratio * h) for h in counts) if scope == "layer" else round(ratio * total)
+    removable = total - sum(floors)
+    if scope == "layer":
+        for layer, (heads, floor) in enumerate(zip(counts, floors, strict=True)):
+            per_layer_remove = round(ratio * heads)
+            if heads - per_layer_remove < floor:
+                where = "per layer" if len(set(counts)) == 1 else f"in layer {layer}"
+                raise ConfigError(
+                    f"--ratio {ratio} removes {per_layer_remove} of {heads} heads {where}, "
+                    f"leaving fewer than --min-heads-per-layer {min_heads_per_layer}",
+                    hint=f"with this floor at most {heads - floor} heads per layer "
+                    "can go: lower --ratio or --min-heads-per-layer",
+                )
     if remove > removable:
         raise ConfigError(
-            f"--ratio {ratio} would remove {remove} of {num_layers * num_heads} heads, but "
+            f"--ratio {ratio} would remove {remove} of {total} heads, but "
             f"--min-heads-per-layer {min_heads_per_layer} lets at most {removable} go",
             hint="lower --ratio, or --min-heads-per-layer 0 to allow empty layers",
         )
     # Rank by score, ties by (layer, head) order: a stable sort of the negated scores.
     order = _stable_descending(scores)
     if scope == "layer":
-        keep_count = num_heads - per_layer_remove
-        return [sorted(h for _, h in order[layer][:keep_count]) for layer in range(num_layers)]
+        return [
+            sorted(h for _, h in order[layer][: heads - round(ratio * heads)])
+            for layer, heads in enumerate(counts)
+        ]
     kept: list[set[int]] = [
-        set(h for _, h in order[layer][:min_heads_per_layer]) for layer in range(num_layers)
+        set(h for _, h in order[layer][: floors[layer]]) for layer in range(num_layers)
     ]
-    budget = num_layers * num_heads - remove - sum(len(k) for k in kept)
+    budget = total - remove - sum(len(k) for k in kept)
     flat = sorted(
         (
-            (float(scores[layer, head]), layer, head)
+            (value, layer, head)
             for layer in range(num_layers)
-            for head in range(num_heads)
+            for value, head in order[layer]
             if head not in kept[layer]
         ),
         key=lambda item: (-item[0], item[1], item[2]),
@@ -82,8 +130,13 @@ def select_heads(
 
 
 def _stable_descending(scores: torch.Tensor) -> list[list[tuple[float, int]]]:
+    """Per layer (value, head) by descending value, ties to the lower head; absent (NaN)
+    heads left out."""
     return [
-        sorted(((float(v), h) for h, v in enumerate(row)), key=lambda item: (-item[0], item[1]))
+        sorted(
+            ((float(v), h) for h, v in enumerate(row) if not math.isnan(float(v))),
+            key=lambda item: (-item[0], item[1]),
+        )
         for row in scores
     ]
 
@@ -116,6 +169,9 @@ def select_member_heads(
     - `partition`: per layer the heads ranked by score are dealt round-robin (best to member
       0, next to member 1, ...); each member keeps its `keep` best dealt heads, so members
       share no head.
+
+    `gumbel` and `partition` sample or deal from ONE ranking: given several score sets
+    `[S, L, H]` they use their mean over the sets (every set counts; none is dropped).
     """
     if select not in SELECTS:
         raise ConfigError(f"unknown --select {select!r}", hint=f"use one of: {', '.join(SELECTS)}")
@@ -129,7 +185,8 @@ def select_member_heads(
                 "or --select partition",
             )
         return [_top(scores[m], keep) for m in range(members)]
-    base = scores[0] if scores.dim() == 3 else scores
+    # Several sets (uqc score --members S): their mean, so that no set is silently dropped.
+    base = scores.mean(dim=0) if scores.dim() == 3 else scores
     num_heads = int(base.shape[1])
     if select == "partition":
         if keep * members > num_heads:

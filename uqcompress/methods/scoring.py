@@ -1,8 +1,11 @@
 """Attention-head importance scores: Taylor (Michel et al.), HIES, circuit search, L2, random.
 
 Every scorer returns a float32 `[L, H]` tensor on CPU (layer, head); higher means more
-important, i.e. kept first by `methods/pruning.py`. Scoring needs the same head count in every
-layer: score a model before pruning it.
+important, i.e. kept first by `methods/pruning.py`. Head counts come from the model itself
+(`models.gates.heads_per_layer`), never from `config.num_attention_heads`, so an already
+pruned model scores its *current* heads: H is the largest per-layer count, and the slots
+`h >= H_l` of a layer with fewer heads are NaN ("no such head"; `absent_slots`), which
+`methods/pruning.py` checks and never selects.
 
 Data arrive as an iterable of batch dicts (what `data.encoding.make_loader` yields): `"labels"`
 plus the model's inputs; text batches carry an `attention_mask` whose 0s mark padding, and
@@ -41,14 +44,18 @@ if TYPE_CHECKING:
 __all__ = [
     "HIS_ABS",
     "NORM_SCOPES",
+    "absent_slots",
     "attention_entropy",
     "auroc",
     "circuit_evaluations",
     "circuit_scores",
     "gate_gradient",
+    "head_counts",
     "hies_scores",
     "l2_scores",
     "minmax",
+    "pad_rows",
+    "random_head_scores",
     "random_scores",
     "taylor_scores",
 ]
@@ -63,16 +70,37 @@ NORM_SCOPES = ("global", "layer")
 # --------------------------------------------------------------------------- shared helpers
 
 
-def _uniform_heads(loaded: LoadedModel) -> tuple[int, int]:
-    """(L, H) of a model whose layers all have the same, non-zero head count."""
+def head_counts(loaded: LoadedModel) -> list[int]:
+    """The model's current head count per layer (uneven after pruning); refuses a model
+    with no head left anywhere (nothing to score)."""
     counts = heads_per_layer(loaded)
-    if not counts or len(set(counts)) != 1 or counts[0] < 1:
+    if not counts or max(counts) < 1:
         raise ConfigError(
-            f"head scores need the same number of heads in every layer; this model has "
-            f"{counts} heads per layer (it was already pruned)",
-            hint="score the model before pruning it",
+            f"this model has no attention heads left to score ({counts} heads per layer)",
+            hint="score a model that still has heads (prune less, or score before pruning)",
         )
-    return len(counts), counts[0]
+    return counts
+
+
+def absent_slots(counts: list[int]) -> Tensor:
+    """Which `[L, H]` score slots name no head (h >= H_l), H = max(counts).
+
+    Shape: -> `[L, H]` bool.
+    """
+    width = max(counts) if counts else 0
+    return torch.arange(width)[None, :] >= torch.tensor(counts)[:, None]
+
+
+def pad_rows(rows: list[Tensor], counts: list[int]) -> Tensor:
+    """Per-layer score rows `[H_l]` -> one `[L, max H_l]` tensor, NaN in the absent slots.
+
+    Shape: rows `[H_l]` each -> `[L, H]` (the rows' dtype, at least float32), on CPU.
+    """
+    dtype = torch.promote_types(rows[0].dtype, torch.float32) if rows else torch.float32
+    out = torch.full((len(counts), max(counts)), math.nan, dtype=dtype)
+    for layer, (row, count) in enumerate(zip(rows, counts, strict=True)):
+        out[layer, :count] = row.detach().to("cpu", dtype)
+    return out
 
 
 def _device(model: nn.Module) -> torch.device:
@@ -143,17 +171,23 @@ def minmax(scores: Tensor, scope: str = "global") -> Tensor:
     """Min-max normalise to [0, 1], over all heads (`global`) or within each layer (`layer`).
 
     A constant group (max == min) normalises to zeros: nothing in it is more important than
-    anything else, and zeros keep the result finite.
+    anything else, and zeros keep the result finite. NaN slots (absent heads of a pruned
+    layer) take no part in the minimum and maximum and stay NaN.
 
     Shape: `[L, H]` -> `[L, H]`.
     """
     _check_option("norm_scope", scope, NORM_SCOPES, "--norm-scope")
     # Keep dims so the same arithmetic serves both scopes: [1, 1] (global) or [L, 1] (layer).
     dims = (0, 1) if scope == "global" else (1,)
-    low = scores.amin(dim=dims, keepdim=True)
-    span = scores.amax(dim=dims, keepdim=True) - low
-    safe = torch.where(span > 0, span, torch.ones_like(span))
-    return torch.where(span > 0, (scores - low) / safe, torch.zeros_like(scores))
+    absent = torch.isnan(scores)
+    low = torch.where(absent, math.inf, scores).amin(dim=dims, keepdim=True)
+    high = torch.where(absent, -math.inf, scores).amax(dim=dims, keepdim=True)
+    span = high - low  # -inf for an all-absent group: then "constant", i.e. zeros (then NaN)
+    present = span > 0
+    safe_span = torch.where(present, span, torch.ones_like(span))
+    safe_low = torch.where(torch.isfinite(low), low, torch.zeros_like(low))
+    result = torch.where(present, (scores - safe_low) / safe_span, torch.zeros_like(scores))
+    return torch.where(absent, scores, result)
 
 
 def _check_option(name: str, value: str, allowed: tuple[str, ...], flag: str) -> None:
@@ -168,15 +202,16 @@ def _check_option(name: str, value: str, allowed: tuple[str, ...], flag: str) ->
 class _Backward:
     """What one forward + backward pass of the mean loss gives the scorers.
 
-    Shape: mask `[B, T]` bool; gate_grad `[L, H]`; head_inputs / head_grads: per layer
-    `[B, T, H*d]`; attentions: per layer `[B, H, T, T]`.
+    Shape: mask `[B, T]` bool; gate_grad `[L, H]` (NaN in absent slots, see `pad_rows`);
+    head_inputs / head_grads: per layer `[B, T, H_l*d]`; attentions: per layer
+    `[B, H_l, T, T]` (None for a layer with no heads).
     """
 
     mask: Tensor
     gate_grad: Tensor | None = None
     head_inputs: list[Tensor] | None = None
     head_grads: list[Tensor] | None = None
-    attentions: list[Tensor] | None = None
+    attentions: list[Tensor | None] | None = None
 
 
 def _backward_passes(
@@ -190,7 +225,8 @@ def _backward_passes(
     """
     model = loaded.model
     device = _device(model)
-    num_layers, _ = _uniform_heads(loaded)
+    counts = head_counts(loaded)
+    num_layers = len(counts)
     parts = loaded.family.attention_layers(model)
     captured: dict[int, Tensor] = {}
 
@@ -230,13 +266,31 @@ def _backward_passes(
                         mask=mask,
                         head_inputs=[h.detach() for h in heads],
                         head_grads=list(grads),
-                        attentions=[a.detach() for a in attention_probabilities(loaded, outputs)],
+                        attentions=_attentions(loaded, outputs, counts),
                     )
                 else:
-                    yield _Backward(mask=mask, gate_grad=torch.stack(grads).detach())
+                    yield _Backward(mask=mask, gate_grad=pad_rows(list(grads), counts))
         finally:
             for handle in handles:
                 handle.remove()
+
+
+def _attentions(loaded: LoadedModel, outputs: Any, counts: list[int]) -> list[Tensor | None]:
+    """Per layer the attention probabilities `[B, H_l, T, T]`, None for a layer left with no
+    heads (its stand-in module attends to nothing, so it returns none)."""
+    if min(counts) > 0:
+        return [a.detach() for a in attention_probabilities(loaded, outputs)]
+    got = list(getattr(outputs, "attentions", None) or [])
+    present = [layer for layer, count in enumerate(counts) if count > 0]
+    if len(got) == len(present) and all(a is not None for a in got):
+        # families whose output recorder skips layers that return no weights (ViT)
+        by_layer: list[Tensor | None] = [None] * len(counts)
+        for layer, attention in zip(present, got, strict=True):
+            by_layer[layer] = attention.detach()
+        return by_layer
+    if len(got) != len(counts) or any(got[layer] is None for layer in present):
+        attention_probabilities(loaded, outputs)  # raises its one-line explanation
+    return [None if a is None else a.detach() for a in got]
 
 
 # --------------------------------------------------------------------------- Taylor / Michel
@@ -274,10 +328,12 @@ def taylor_scores(
       reference, so an all-zero row stays zero).
     - `global_minmax`: then min-max normalise over all L*H heads (a constant tensor -> zeros).
 
+    Absent slots of a pruned model's layers are NaN (see the module docstring).
+
     Shape: -> `[L, H]` float32 on CPU.
     """
-    num_layers, num_heads = _uniform_heads(loaded)
-    total = torch.zeros(num_layers, num_heads, dtype=torch.float64)
+    counts = head_counts(loaded)
+    total = torch.zeros(len(counts), max(counts), dtype=torch.float64)
     tokens = 0
     for step in _backward_passes(loaded, batches, per_token=False):
         assert step.gate_grad is not None
@@ -290,7 +346,9 @@ def taylor_scores(
         )
     scores = total / tokens
     if layer_l2:
-        scores = scores / (scores.pow(2).sum(dim=-1, keepdim=True).pow(0.5) + 1e-20)
+        # nan_to_num: a layer's absent (NaN) slots add nothing to its norm
+        norm = scores.nan_to_num(0.0).pow(2).sum(dim=-1, keepdim=True).pow(0.5)
+        scores = scores / (norm + 1e-20)
     if global_minmax:
         scores = minmax(scores, "global")
     return scores.float()
@@ -378,10 +436,12 @@ def hies_scores(
         )
     _check_option("his_abs", his_abs, HIS_ABS, "--his-abs")
     _check_option("norm_scope", norm_scope, NORM_SCOPES, "--norm-scope")
-    num_layers, num_heads = _uniform_heads(loaded)
+    counts = head_counts(loaded)
     d_head = head_dim(loaded)
-    his = torch.zeros(num_layers, num_heads, dtype=torch.float64)
-    ae = torch.zeros(num_layers, num_heads, dtype=torch.float64)
+    # Absent slots (layers pruned to fewer heads) start as NaN and stay NaN.
+    his = torch.zeros(len(counts), max(counts), dtype=torch.float64)
+    his[absent_slots(counts)] = math.nan
+    ae = his.clone()
     examples = 0
     with eager_attention(loaded):
         for step in _backward_passes(loaded, batches, per_token=True):
@@ -391,21 +451,22 @@ def hies_scores(
             size, tokens = mask.shape
             weight = mask.to(step.head_inputs[0].dtype)[:, :, None]  # [B, T, 1]
             n = mask.sum(dim=1).clamp_min(1)[:, None]  # [B, 1]; a fully padded row gives s = 0
-            for layer in range(num_layers):
-                # [B, T, H*d] -> [B, T, H, d]; the inner product over d gives [B, T, H]
+            for layer, num_heads in enumerate(counts):
+                attention = step.attentions[layer]
+                if num_heads == 0 or attention is None:
+                    continue
+                # [B, T, H_l*d] -> [B, T, H_l, d]; the inner product over d gives [B, T, H_l]
                 a = step.head_inputs[layer].view(size, tokens, num_heads, d_head)
                 g = step.head_grads[layer].view(size, tokens, num_heads, d_head)
                 inner = (g * a).sum(dim=-1) * weight
-                s = size * inner.sum(dim=1) / n  # [B, H]
+                s = size * inner.sum(dim=1) / n  # [B, H_l]
                 s = s.to("cpu", torch.float64)
                 if his_abs == "sample":
-                    his[layer] += s.abs().sum(dim=0)
+                    his[layer, :num_heads] += s.abs().sum(dim=0)
                 else:
-                    his[layer] += s.sum(dim=0).abs()
-                ae[layer] += (
-                    attention_entropy(step.attentions[layer], mask)
-                    .to("cpu", torch.float64)
-                    .sum(dim=0)
+                    his[layer, :num_heads] += s.sum(dim=0).abs()
+                ae[layer, :num_heads] += (
+                    attention_entropy(attention, mask).to("cpu", torch.float64).sum(dim=0)
                 )
             examples += size
     if examples == 0:
@@ -442,11 +503,16 @@ def auroc(scores_in: Tensor, scores_out: Tensor) -> float:
     return float(u_stat / (n_in * n_out))
 
 
-def circuit_evaluations(keep_per_layer: list[int], num_heads: int) -> int:
+def circuit_evaluations(keep_per_layer: list[int], num_heads: int | list[int]) -> int:
     """Objective evaluations the greedy search runs: at each pick, one per remaining
-    candidate, except a pick with a single candidate left (nothing to compare)."""
+    candidate, except a pick with a single candidate left (nothing to compare).
+    `num_heads`: the head count of every layer, or one count per layer."""
+    counts = [num_heads] * len(keep_per_layer) if isinstance(num_heads, int) else num_heads
     return sum(
-        num_heads - step for keep in keep_per_layer for step in range(keep) if num_heads - step > 1
+        heads - step
+        for keep, heads in zip(keep_per_layer, counts, strict=True)
+        for step in range(keep)
+        if heads - step > 1
     )
 
 
@@ -509,19 +575,21 @@ def circuit_scores(
     Objective (higher is better): -mean NLL on `batches`; with `ood_batches`,
     AUROC(predictive entropy in vs OOD, OOD positive) - NLL_in / ln C (see `_objective`).
 
-    Score, per layer a permutation of 1..H: the head picked i-th (0-based) scores H - i; the
-    heads never picked score H - k, ..., 1, ordered by their objective at the layer's last pick
-    (ties -> lower index). Scores rank heads within a layer only.
+    Score, per layer a permutation of 1..H_l (the layer's current head count): the head picked
+    i-th (0-based) scores H_l - i; the heads never picked score H_l - k, ..., 1, ordered by
+    their objective at the layer's last pick (ties -> lower index). Scores rank heads within a
+    layer only. Absent slots of a pruned model's shorter layers are NaN.
 
     Each batch is moved to the device once and reused by every evaluation. `progress(done,
-    total)` is called after each evaluation, total = `circuit_evaluations(keep_per_layer, H)`.
+    total)` is called after each evaluation, total = `circuit_evaluations(keep_per_layer,
+    heads_per_layer)`.
 
     Returns (score, kept): kept[l] is the sorted list of heads kept in layer l.
 
     Shape: -> score `[L, H]` float32 on CPU.
     """
-    num_layers, num_heads = _uniform_heads(loaded)
-    keep = _check_keep(keep_per_layer, num_layers, num_heads)
+    counts = head_counts(loaded)
+    keep = _check_keep(keep_per_layer, counts)
     model = loaded.model
     device = _device(model)
     cached_in = [_split(batch, device) for batch in batches]
@@ -538,13 +606,15 @@ def circuit_scores(
                 "the OOD set has no batches",
                 hint="pass a non-empty OOD set (--ood), or leave it out for the NLL objective",
             )
-    total = circuit_evaluations(keep, num_heads)
+    total = circuit_evaluations(keep, counts)
     done = 0
-    score = torch.zeros(num_layers, num_heads, dtype=torch.float32)
+    score = torch.zeros(len(counts), max(counts), dtype=torch.float32)
+    score[absent_slots(counts)] = math.nan
     kept: list[list[int]] = []
-    open_gates = torch.ones(num_layers, num_heads)  # the gate values of the current search state
+    # the gate values of the current search state, one [H_l] vector per layer
+    open_gates = [torch.ones(heads) for heads in counts]
     with torch.no_grad(), _eval_mode(model), HeadGates(loaded) as gates:
-        for layer in range(num_layers):
+        for layer, num_heads in enumerate(counts):
             chosen: list[int] = []
             last: dict[int, float] = {}
             for _ in range(keep[layer]):
@@ -554,8 +624,8 @@ def circuit_scores(
                     continue
                 values: dict[int, float] = {}
                 for head in candidates:
-                    open_gates[layer] = 0.0
-                    open_gates[layer, [*chosen, head]] = 1.0
+                    open_gates[layer].zero_()
+                    open_gates[layer][[*chosen, head]] = 1.0
                     gates.set(open_gates)
                     value = _objective(model, cached_in, cached_ood)
                     # NaN compares false with everything: rank it last instead.
@@ -574,23 +644,25 @@ def circuit_scores(
             for order, head in enumerate(rest):
                 score[layer, head] = float(num_heads - len(chosen) - order)
             # Later layers are searched with this layer restricted to its circuit.
-            open_gates[layer] = 0.0
-            open_gates[layer, chosen] = 1.0
+            open_gates[layer].zero_()
+            open_gates[layer][chosen] = 1.0
             kept.append(sorted(chosen))
     return score, kept
 
 
-def _check_keep(keep_per_layer: list[int], num_layers: int, num_heads: int) -> list[int]:
+def _check_keep(keep_per_layer: list[int], counts: list[int]) -> list[int]:
+    """Each layer keeps 1..H_l heads (0 only in a layer that has none left)."""
     keep = list(keep_per_layer)
-    if len(keep) != num_layers:
+    if len(keep) != len(counts):
         raise ConfigError(
-            f"keep_per_layer has {len(keep)} entries; the model has {num_layers} layers",
+            f"keep_per_layer has {len(keep)} entries; the model has {len(counts)} layers",
             hint="give one kept-head count per layer",
         )
-    for layer, k in enumerate(keep):
-        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= num_heads:
+    for layer, (k, heads) in enumerate(zip(keep, counts, strict=True)):
+        if isinstance(k, bool) or not isinstance(k, int) or not min(1, heads) <= k <= heads:
             raise ConfigError(
-                f"layer {layer} would keep {k!r} heads; each layer keeps 1..{num_heads}",
+                f"layer {layer} would keep {k!r} heads; it has {heads} and keeps "
+                f"{min(1, heads)}..{heads}",
                 hint="lower --ratio so every layer keeps at least one head",
             )
     return keep
@@ -615,17 +687,32 @@ def random_scores(num_layers: int, num_heads: int, seed: int) -> Tensor:
     return torch.rand(num_layers, num_heads, generator=generator, dtype=torch.float32)
 
 
+def random_head_scores(loaded: LoadedModel, seed: int) -> Tensor:
+    """`random_scores` for the heads this model has now: `[L, max H_l]`, NaN in the absent
+    slots of a pruned model's shorter layers (an unpruned model gets exactly
+    `random_scores(L, H, seed)`).
+
+    Shape: -> `[L, H]` float32 on CPU.
+    """
+    counts = head_counts(loaded)
+    scores = random_scores(len(counts), max(counts), seed)
+    scores[absent_slots(counts)] = math.nan
+    return scores
+
+
 def l2_scores(loaded: LoadedModel) -> Tensor:
     """Per head, the L2 (Frobenius) norm of its d_h input columns of the output projection:
     how large a contribution the head can write into the residual stream.
 
-    Shape: -> `[L, H]` float32 on CPU.
+    Shape: -> `[L, H]` float32 on CPU (NaN in the absent slots of a pruned model's shorter
+    layers).
     """
-    _, num_heads = _uniform_heads(loaded)
+    counts = head_counts(loaded)
     d_head = head_dim(loaded)
     rows = []
-    for parts in loaded.family.attention_layers(loaded.model):
-        weight = parts.output.weight.detach().to("cpu", torch.float32)  # [out, H*d]
-        per_head = weight.view(weight.shape[0], num_heads, d_head)  # [out, H, d]
-        rows.append(per_head.pow(2).sum(dim=(0, 2)).sqrt())  # [H]
-    return torch.stack(rows)
+    layers = loaded.family.attention_layers(loaded.model)
+    for parts, num_heads in zip(layers, counts, strict=True):
+        weight = parts.output.weight.detach().to("cpu", torch.float32)  # [out, H_l*d]
+        per_head = weight.view(weight.shape[0], num_heads, d_head)  # [out, H_l, d]
+        rows.append(per_head.pow(2).sum(dim=(0, 2)).sqrt())  # [H_l]
+    return pad_rows(rows, counts)

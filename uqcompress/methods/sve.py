@@ -73,6 +73,9 @@ class SVDLinear(nn.Module):
 
     u: torch.Tensor
     v: torch.Tensor
+    # The training loop never decays these (`train.parameter_groups`): decay would shrink the
+    # pretrained spectrum towards 0 instead of regularising the members' differences.
+    NO_WEIGHT_DECAY = ("singular_values",)
 
     def __init__(self, members: int, in_features: int, out_features: int, rank: int) -> None:
         super().__init__()

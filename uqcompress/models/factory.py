@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import difflib
+import math
 from typing import Any
 
 from uqcompress.errors import ConfigError
-from uqcompress.models.families import family_by_name
+from uqcompress.models.families import Family, family_by_name
 from uqcompress.models.loading import LoadedModel, first_line
 from uqcompress.models.preprocessing import ImagePreprocessing
 
@@ -21,6 +23,57 @@ POSITIVE_KEYS = (
     "vocab_size",
     "max_position_embeddings",
 )
+
+# Keys the family's transformers model reads although its config class does not declare them
+# (ViT's attention takes `head_dim` through getattr). BERT ignores `head_dim`, so there it
+# would be a silent no-op and stays unknown.
+READ_BY_MODEL: dict[str, tuple[str, ...]] = {"vit": ("head_dim",)}
+# Declared config keys that other flags own: --set would fight them.
+OWNED_BY_FLAGS = {
+    "id2label": "--labels",
+    "label2id": "--labels",
+    "num_labels": "--labels or --num-labels",
+}
+# Bookkeeping transformers writes itself; setting it changes nothing a user wants.
+NOT_SETTABLE = ("transformers_version", "model_type", "_name_or_path")
+
+
+def known_config_keys(family: Family, preset: str) -> list[str]:
+    """The keys `--set` accepts for a family: what its transformers config declares (the
+    preset's config as saved, plus attribute aliases) and what its model reads on top."""
+    config = family.build_config(preset, {}, ["a", "b"])
+    keys = set(config.to_dict()) | set(getattr(config, "attribute_map", {}))
+    keys |= set(READ_BY_MODEL.get(family.name, ()))
+    keys -= set(NOT_SETTABLE) | set(OWNED_BY_FLAGS)
+    return sorted(k for k in keys if not k.startswith("_"))
+
+
+def check_overrides(family: Family, preset: str, overrides: dict[str, Any]) -> None:
+    """Refuse a `--set` key the config does not know (a typo would be silently ignored:
+    transformers stores unknown keys as inert attributes) and non-finite numbers."""
+    known: list[str] | None = None
+    for key, value in overrides.items():
+        if key in OWNED_BY_FLAGS:
+            raise ConfigError(
+                f"--set {key} is not a config value to set by hand",
+                hint=f"set the classes with {OWNED_BY_FLAGS[key]}",
+            )
+        if known is None:
+            known = known_config_keys(family, preset)
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=3, cutoff=0.6)
+            also = f" (also close: {', '.join(close[1:])})" if close[1:] else ""
+            hint = (
+                f"did you mean {close[0]}?{also}"
+                if close
+                else f"a {family.name} config has: {', '.join(known)}"
+            )
+            raise ConfigError(f"--set {key}: unknown {family.name} config key", hint=hint)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(
+                f"--set {key}={value} is not a finite number",
+                hint=f"pass a finite number for {key}",
+            )
 
 
 def create_model(
@@ -54,6 +107,7 @@ def create_model(
     for flag, value in (("--image-size", image_size), ("--patch-size", patch_size)):
         if value is not None and value < 1:
             raise ConfigError(f"{flag} {value} must be at least 1", hint=f"pass a positive {flag}")
+    check_overrides(family, preset, overrides or {})
     try:
         config = family.build_config(preset, overrides or {}, labels, image_size, patch_size)
     except ConfigError:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from uqcompress.errors import ConfigError
+from uqcompress.models.families.base import config_head_dim
 
 if TYPE_CHECKING:
     from uqcompress.models.loading import LoadedModel
@@ -31,10 +32,8 @@ def heads_per_layer(loaded: LoadedModel) -> list[int]:
 
 
 def head_dim(loaded: LoadedModel) -> int:
-    config = loaded.config
-    return int(
-        getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    )
+    """Width of one head of `loaded` (see `families.base.config_head_dim`)."""
+    return config_head_dim(loaded.config)
 
 
 class HeadGates:

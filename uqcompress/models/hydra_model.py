@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.activations import ACT2FN
 
+from uqcompress.models.families.base import config_head_dim
 from uqcompress.models.grouped import GroupedLinear
 from uqcompress.models.outputs import MemberOutput
 
@@ -135,7 +136,7 @@ class HydraLayer(nn.Module):
         super().__init__()
         hidden = int(config.hidden_size)
         eps = float(config.layer_norm_eps)
-        head_dim = hidden // int(config.num_attention_heads)
+        head_dim = config_head_dim(config)
         self.pre_norm = pre_norm
         self.attention = FusedAttention(
             members, hidden, slots, head_dim, float(config.attention_probs_dropout_prob)

@@ -252,7 +252,7 @@ def load_model(source: ModelSource) -> LoadedModel:
         config = AutoConfig.from_pretrained(str(path), trust_remote_code=False)
     except (ValueError, OSError, KeyError) as exc:
         raise ConfigError(
-            f"{path}/config.json cannot be read by transformers ({str(exc).splitlines()[0]})",
+            f"{path}/config.json cannot be read by transformers ({first_line(exc)[:300]})",
             hint="pass a directory written by save_pretrained() of a BERT or ViT model",
         ) from exc
     family = family_for_config(config, str(path))
@@ -422,11 +422,10 @@ def save_model(loaded: LoadedModel, directory: Path, keep_calibration: bool = Fa
 def _save_weights_and_config(loaded: LoadedModel, directory: Path) -> None:
     config = loaded.model.config
     if any(getattr(config, key, None) is not None for key in ("uqc_kept_heads", *ENSEMBLE_KEYS)):
-        # A head-pruned model or an ensemble model (Hydra, SVE): transformers would rename
+        # A head-pruned model or an ensemble model (Hydra, SVE, DIRECTOR): transformers would rename
         # keys to its legacy layout on save and cannot rebuild our shapes on load, so weights
-        # go out under the
-        # module's own names (safetensors, format=pt) and load back through `_load_pruned`,
-        # `_load_hydra`, `_load_sve` or `_load_director`.
+        # go out under the module's own names (safetensors, format=pt) and load back through
+        # `_load_pruned` or `_load_ensemble` (into the kind's skeleton).
         from safetensors.torch import save_model as save_safetensors_model
 
         directory.mkdir(parents=True, exist_ok=True)

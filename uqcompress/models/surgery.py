@@ -1,6 +1,9 @@
 """The only place that replaces modules inside a model, so shape surprises have one home.
 
-Later issues add head pruning, Hydra fusion and SVD layers here.
+Here: a fresh classifier (`replace_classifier`), head pruning and the kept-heads record
+(`prune_heads`, `kept_heads`, `shape_to_kept_heads`), and `replace_module`, through which
+SVE's SVD layers and member heads go in. Hydra fusion builds a new model
+(`models/hydra_model.py`) instead of editing one.
 """
 
 from __future__ import annotations

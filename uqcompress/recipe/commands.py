@@ -56,22 +56,26 @@ class Command:
     params: dict[str, Param]
 
     def argv(self, values: dict[str, Any]) -> list[str]:
-        """The command line for already checked values: arguments first, in order."""
-        args: list[str] = [self.name]
+        """The command line for already checked values: options, then `--` and the arguments
+        in order. No value can become an option, even one the recipe check let through: an
+        option always takes the next word as its value, and after `--` every word is an
+        argument (`models = ["--out=/x"]` names a path, never an output folder)."""
+        options: list[str] = [self.name]
+        arguments: list[str] = []
         for param in self.params.values():
             if param.key not in values:
                 continue
             value = values[param.key]
             items = value if isinstance(value, list) else [value]
             if param.flag is None:
-                args += [str(v) for v in items]
+                arguments += [str(v) for v in items]
             elif param.kind is bool:
                 if value:
-                    args.append(param.flag)
+                    options.append(param.flag)
             else:
                 for item in items:
-                    args += [param.flag, str(item)]
-        return args
+                    options += [param.flag, str(item)]
+        return [*options, "--", *arguments] if arguments else options
 
 
 def _callback(name: str) -> Callable[..., Any]:

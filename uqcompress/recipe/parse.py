@@ -6,6 +6,7 @@ TOML parsers give no line numbers for values, so every problem is reported by it
 
 from __future__ import annotations
 
+import math
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -19,6 +20,9 @@ from uqcompress.recipe.commands import RESERVED, STEP_COMMANDS, Param, command
 STEP_NAME = re.compile(r"[A-Za-z0-9_-]+")
 REFERENCE = re.compile(r"^@([A-Za-z0-9_-]+)$")
 VARIABLE = re.compile(r"\$\{vars\.([A-Za-z0-9_-]+)\}")
+# What a command line reads as an option ("--out=/x", "--help", "-h"). Negative numbers
+# ("-1", "-0.5", "-1,1") and "-" (refused on its own) are not.
+OPTION_LIKE = re.compile(r"-[^\d.]")
 TOP_LEVEL = ("vars", "steps", "gate")
 GATE_KEYS = ("step", "baseline")  # the rest of [gate] are metric bounds
 RATIO_METRICS = ("params_ratio", "flops_ratio")  # need gate.baseline
@@ -276,6 +280,10 @@ def _check(value: Any, param: Param, where: str, problems: list[str]) -> Any:
             isinstance(v, str | int | float) and not str(v).startswith("@") for v in value
         )
         if param.kind is str and joinable:
+            options = [v for v in value if isinstance(v, str) and OPTION_LIKE.match(v)]
+            if options:
+                problems.append(_option_like(where, options[0]))
+                return None
             return ",".join(str(v) for v in value)  # e.g. labels = ["neg", "pos"]
         problems.append(f"{where}: takes one value, got a list")
         return None
@@ -288,6 +296,9 @@ def _scalar(value: Any, param: Param, where: str, problems: list[str]) -> Any:
         return None
     if value == "-":
         problems.append(f"{where}: '-' (read stdin) has no meaning in a recipe; use \"@step\"")
+        return None
+    if param.kind is str and isinstance(value, str) and OPTION_LIKE.match(value):
+        problems.append(_option_like(where, value))  # (a number's type check refuses it)
         return None
     ref = REFERENCE.match(value) if isinstance(value, str) else None
     if ref:
@@ -307,18 +318,34 @@ def _scalar(value: Any, param: Param, where: str, problems: list[str]) -> Any:
         if isinstance(value, str) and re.fullmatch(r"[-+]?\d+", value.strip()):
             return int(value)
     elif kind is float:
+        number: float | None = None
         if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
+            number = float(value)
+        elif isinstance(value, str):
             try:
-                return float(value)
+                number = float(value)
             except ValueError:
-                pass
+                number = None
+        if number is not None and not math.isfinite(number):
+            # TOML has inf and nan; the step would refuse them only after earlier steps ran.
+            problems.append(f"{where}: expected a finite number, got {value!r}")
+            return None
+        if number is not None:
+            return number
     elif isinstance(value, str | int | float) and not isinstance(value, bool):
         return str(value)
     names = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
     problems.append(f"{where}: expected {names[kind]}, got {value!r}")
     return None
+
+
+def _option_like(where: str, value: str) -> str:
+    # A step runs as a command line: such a value would be read as an option of it (and
+    # `out = "--out=/elsewhere"` would write wherever it says).
+    return (
+        f"{where}: {value!r} starts with '-' like a command-line option; a recipe value is "
+        f'never an option (options are keys of the step; a file named so: "./{value}")'
+    )
 
 
 def _refs(value: Any) -> list[Ref]:

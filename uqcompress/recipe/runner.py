@@ -161,8 +161,9 @@ def _invoke(argv: list[str]) -> dict[str, Any]:
 
 
 def _step_args(argv: list[str], force: bool) -> list[str]:
-    """The step's command line as the runner runs it: JSON result, `--force` passed on."""
-    return [*argv, "--json", *(["--force"] if force else [])]
+    """The step's command line as the runner runs it: JSON result, `--force` passed on
+    (right after the command's name: before the `--` that ends its options)."""
+    return [argv[0], "--json", *(["--force"] if force else []), *argv[1:]]
 
 
 def _usage_error(exc: Any) -> ConfigError:
@@ -244,8 +245,9 @@ def check_gate(recipe: Recipe, outcomes: dict[str, StepOutcome]) -> dict[str, An
     missing = sorted(m for m in wanted if metrics.get(m) is None)
     if missing:
         raise ConfigError(
-            f"gate: eval step {gate.step!r} did not report {', '.join(missing)} (mi and "
-            "disagreement need an ensemble; the calibration metrics a calibrated model)",
+            f"gate: eval step {gate.step!r} did not report {', '.join(missing)} (entropy, "
+            "aleatoric, mi and disagreement need an ensemble; the calibration metrics a "
+            "calibrated model)",
             hint="bound metrics this model has, or gate another eval step (gate.step)",
         )
     verdict = evaluate_gate(gate.bounds, metrics)

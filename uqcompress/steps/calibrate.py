@@ -57,6 +57,7 @@ def run(
     from uqcompress.artifacts import MANIFEST_NAME, read_manifest
     from uqcompress.data import load_data
     from uqcompress.models.loading import resolve_model_source
+    from uqcompress.uq import numerics_tags
 
     cfg.validate()
     if (Path(model_path) / MANIFEST_NAME).is_file():
@@ -72,7 +73,9 @@ def run(
     source = resolve_model_source(model_path)
     data = load_data(cfg.data, cfg.text_column, cfg.label_column)
     config = asdict(cfg)
-    id_config = {k: v for k, v in config.items() if k not in RUNTIME_KEYS}
+    # numerics_tags: the uncertainty definition and DIRECTOR's noise scheme change the fitted
+    # numbers without changing the config, so they are in the id too.
+    id_config = {k: v for k, v in config.items() if k not in RUNTIME_KEYS} | numerics_tags()
     if cfg.abstain_coverage is None:
         id_config.pop("abstain_score")  # unused: must not change the id
     plan = OutputPlan(
@@ -102,6 +105,7 @@ def _calibrate_into(model_path: Path, data: Any, cfg: CalibrateConfig, writer: A
     from uqcompress.steps.init import model_summary
     from uqcompress.uq import calibration as cal
     from uqcompress.uq import metrics as m
+    from uqcompress.uq.functional import as_deployed
 
     source = TorchSource(model_path, "model", cfg.device)
     check_input_kind(data, source.input_kind, str(model_path))
@@ -112,13 +116,14 @@ def _calibrate_into(model_path: Path, data: Any, cfg: CalibrateConfig, writer: A
             hint="use --abstain-score msp or entropy",
         )
     stderr.print(f"[dim]calibrating on {len(label_ids)} examples of {data.spec}...[/dim]")
+    previous = source.calibration
+    source.calibration = None  # refitting starts from the model's own (uncalibrated) logits
     outputs = source.predict(data, cfg.batch_size, cfg.max_length)
     raw_logits = outputs.member_logits.astype(np.float64)
-    if source.calibration is not None:  # refitting: start from the uncalibrated logits
-        raw_logits = raw_logits * source.calibration.temperature
+    if previous is not None:
         writer.warn(
             f"{model_path} was calibrated already (temperature "
-            f"{source.calibration.temperature:.4g}); refitted from its uncalibrated logits"
+            f"{previous.temperature:.4g}); refitted from its uncalibrated logits"
         )
     temperature = cal.fit_temperature(raw_logits, label_ids)
     if temperature in (cal.MIN_TEMPERATURE, cal.MAX_TEMPERATURE):
@@ -127,11 +132,12 @@ def _calibrate_into(model_path: Path, data: Any, cfg: CalibrateConfig, writer: A
             "too small or too easy (every example right with a wide margin)"
         )
     before = m.softmax(raw_logits).mean(axis=1)
-    # As every consumer computes them (float32 logits / float32 T, then the softmax), so the
-    # threshold fitted here splits the same scores the same way at prediction time.
+    # As every consumer computes them (float32 logits / float32 T, then the graph's own
+    # float32 uncertainty functions), so the threshold fitted here splits the same scores
+    # the same way in the Predictor and in `predict`.
     calibrated = raw_logits.astype(np.float32) / np.float32(temperature)
-    member_probs = m.softmax(calibrated.astype(np.float64))
-    after = member_probs.mean(axis=1)
+    deployed = as_deployed(calibrated)  # probs, entropy, mutual_info: float32
+    after = m.softmax(calibrated.astype(np.float64)).mean(axis=1)
     summary: dict[str, Any] = {
         "temperature": temperature,
         "calibration_examples": len(label_ids),
@@ -143,8 +149,7 @@ def _calibrate_into(model_path: Path, data: Any, cfg: CalibrateConfig, writer: A
     }
     rule = None
     if cfg.abstain_coverage is not None:
-        scores = m.uncertainty_scores(member_probs)
-        scores.setdefault("mi", np.zeros(len(label_ids)))
+        scores = cal.abstain_scores(*deployed)  # exactly as the Predictor scores
         threshold = cal.fit_abstain_threshold(scores[cfg.abstain_score], cfg.abstain_coverage)
         rule = cal.AbstainRule(
             score=cfg.abstain_score, threshold=threshold, coverage=cfg.abstain_coverage

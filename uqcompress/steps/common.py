@@ -8,27 +8,52 @@ from pathlib import Path
 from typing import Any
 
 from uqcompress.artifacts import (
+    MANIFEST_NAME,
     Artifact,
     ArtifactWriter,
     OutputPlan,
     clean_stale_temp_dirs,
     resolve_destination,
 )
+from uqcompress.artifacts.writer import destination_path, is_uqc_manifest
 from uqcompress.console import stderr
 from uqcompress.distributed import is_main_process
 from uqcompress.errors import ArtifactError
 from uqcompress.planning import PlannedStep, is_planning
 
 
-def _refuse_overlap_with_inputs(out: Path, plan: OutputPlan) -> None:
-    """Steps never edit an input: --out may not be an input, inside one, or contain one."""
-    target = out.resolve()
+def _refuse_unsafe_destination(dest: Path, out_given: bool, plan: OutputPlan) -> None:
+    """Steps never edit an artifact other than their own output, nor the folder the user
+    works in: the destination may not be an input, inside one or contain one; nor inside any
+    other artifact (writing there adds files its manifest does not list, so it no longer
+    verifies); nor the working directory or a folder above it (the final rename cannot
+    replace those). A destination that contains an artifact is refused by
+    `resolve_destination`, which never replaces a folder holding files it does not own."""
+    what = f"--out {dest}" if out_given else f"the output folder {dest}"
+    target = dest.resolve()
     for ref in plan.inputs:
         source = ref.path.resolve()
         if target == source or source in target.parents or target in source.parents:
             raise ArtifactError(
-                f"--out {out} overlaps the input {ref.path}; steps never modify their inputs",
+                f"{what} overlaps the input {ref.path}; steps never modify their inputs",
                 hint="choose an --out outside the input artifacts",
+            )
+    try:
+        cwd = Path.cwd().resolve()
+    except OSError:  # the working directory was deleted: nothing of it left to protect
+        cwd = None
+    if cwd is not None and (target == cwd or target in cwd.parents):
+        raise ArtifactError(
+            f"{what} is the working directory or a folder that contains it; a step writes a "
+            "new folder and never replaces the one you are in",
+            hint="choose a new folder, e.g. --out artifacts/NAME",
+        )
+    for parent in target.parents:
+        if is_uqc_manifest(parent / MANIFEST_NAME):
+            raise ArtifactError(
+                f"{what} is inside the artifact {parent}; writing there would change an "
+                "existing artifact",
+                hint="choose an --out outside every artifact",
             )
 
 
@@ -45,8 +70,7 @@ def build_or_reuse(
     build: Callable[[ArtifactWriter], None],
 ) -> StepResult:
     """Reuse an artifact with the same id at the destination, else build it atomically."""
-    if out is not None:
-        _refuse_overlap_with_inputs(Path(out), plan)
+    _refuse_unsafe_destination(destination_path(plan, out), out is not None, plan)
     dest, existing = resolve_destination(plan, out, force)
     if is_planning():
         raise PlannedStep(dest, existing is not None, plan.kind, plan.id)

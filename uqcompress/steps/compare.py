@@ -117,8 +117,12 @@ def ood_sets(metrics: list[dict[str, Any]]) -> list[str]:
 
 def comparison(rows: list[Row], baseline: int) -> dict[str, Any]:
     """Columns and one record per model; `latency_ratio` is to the baseline row."""
+    from uqcompress.gates import UNCERTAINTY_METRICS
+
     sets = ood_sets([r.metrics for r in rows])
     columns = list(BASE_COLUMNS)
+    if any("mi" in r.metrics for r in rows):  # an ensemble: its uncertainty decomposition
+        columns += UNCERTAINTY_METRICS
     for name in sets:
         columns += [f"ood.{name}.{OOD_SCORE}.{key}" for key in OOD_COLUMNS]
     columns += ["parameters", "members", "latency_ms", "latency_ratio"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +11,7 @@ from uqcompress.errors import ConfigError
 from uqcompress.steps.common import StepResult, build_or_reuse, load_training_data
 
 RUNTIME_KEYS = ("device", "threads", "data", "val", "text_column", "label_column")
+DEFAULT_LAMBDA_STD = 0.1  # the research code's std weight (`mlp_gamma`), --loss mse
 
 
 @dataclass(frozen=True)
@@ -22,11 +23,12 @@ class DirectorConfig:
     replace_last: int | None = None  # None: every layer
     loss: str = "kl"
     lambda_mean: float = 1.0
-    lambda_std: float = 0.1
+    lambda_std: float | None = None  # --loss mse only (default DEFAULT_LAMBDA_STD there)
     lambda_ce: float = 1.0
     train_head: bool = True
     epochs: int = 10
     lr: float = 1e-3
+    weight_decay: float = 0.01
     batch_size: int = 32
     seed: int = 0
     max_length: int | None = None
@@ -53,8 +55,15 @@ class DirectorConfig:
             raise ConfigError(
                 f"unknown --loss {self.loss!r}", hint=f"use one of: {', '.join(LOSSES)}"
             )
+        if self.lambda_std is not None and self.loss != "mse":
+            # The std term exists only in the mse loss: a weight given for another loss
+            # would be silently ignored.
+            raise ConfigError(
+                f"--lambda-std applies only to --loss mse; this run uses --loss {self.loss}",
+                hint="drop --lambda-std, or pass --loss mse",
+            )
         for name in ("lambda_mean", "lambda_std", "lambda_ce"):
-            if getattr(self, name) < 0:
+            if getattr(self, name) is not None and getattr(self, name) < 0:
                 flag = "--" + name.replace("_", "-")
                 raise ConfigError(
                     f"{flag} {getattr(self, name)} must be 0 or more", hint=f"pass {flag} 1"
@@ -68,8 +77,15 @@ def run(
     from uqcompress.train import TrainConfig
 
     cfg.validate()
+    if cfg.loss == "mse" and cfg.lambda_std is None:  # resolved, so the manifest says it
+        cfg = replace(cfg, lambda_std=DEFAULT_LAMBDA_STD)
     train_cfg = TrainConfig(
-        epochs=cfg.epochs, lr=cfg.lr, batch_size=cfg.batch_size, seed=cfg.seed, device=cfg.device
+        epochs=cfg.epochs,
+        lr=cfg.lr,
+        weight_decay=cfg.weight_decay,
+        batch_size=cfg.batch_size,
+        seed=cfg.seed,
+        device=cfg.device,
     )
     train_cfg.validate()
     source = resolve_model_source(model_path)
@@ -137,7 +153,8 @@ def _distill(
     ids = map_labels(train_data, teacher.labels, placeholder=False).ids
     encoded = encode(train_data, teacher, ids, cfg.max_length)
     loader = make_loader(encoded, cfg.batch_size, shuffle=True, seed=cfg.seed)
-    weights = LossWeights(cfg.loss, cfg.lambda_mean, cfg.lambda_std, cfg.lambda_ce)
+    std_weight = cfg.lambda_std if cfg.lambda_std is not None else 0.0  # unused unless mse
+    weights = LossWeights(cfg.loss, cfg.lambda_mean, std_weight, cfg.lambda_ce)
     family = teacher.family.name
     frozen_teacher = teacher.model
     for param in frozen_teacher.parameters():

@@ -10,6 +10,7 @@ from typing import Any
 from uqcompress.artifacts import ArtifactWriter, OutputPlan
 from uqcompress.errors import ConfigError, ParityError
 from uqcompress.steps.common import StepResult, build_or_reuse
+from uqcompress.uq import numerics_tags
 
 FORMATS = ("onnx", "safetensors")
 RUNTIME_KEYS = ("device", "threads", "data", "text_column", "label_column")
@@ -56,7 +57,9 @@ def run(
         else None
     )
     config = asdict(cfg)
-    id_config = {k: v for k, v in config.items() if k not in RUNTIME_KEYS}
+    # The graph computes the uncertainty outputs and the Predictor draws DIRECTOR noise by
+    # these definitions: a change to either changes what the export returns, so its id.
+    id_config = {k: v for k, v in config.items() if k not in RUNTIME_KEYS} | numerics_tags()
     if cfg.format == "safetensors":  # parity options do not apply
         id_config = {"format": "safetensors"}
     plan = OutputPlan(
@@ -180,6 +183,7 @@ def _write_onnx(
             "onnx_bytes": onnx_path.stat().st_size,
             "parity_examples": report.examples,
             "parity_max_abs_probs": report.max_abs_diff["probs"],
+            "parity_max_abs_diff": dict(report.max_abs_diff),
             "parity_argmax_agreement": report.argmax_agreement,
             "parity_data": examples.spec,
         }

@@ -21,6 +21,7 @@ class FinetuneConfig:
     val: str | None = None
     epochs: int = 3
     lr: float = 5e-4
+    weight_decay: float = 0.01
     batch_size: int = 32
     seed: int = 0
     max_length: int | None = None
@@ -40,6 +41,7 @@ def run(
     train_cfg = TrainConfig(
         epochs=cfg.epochs,
         lr=cfg.lr,
+        weight_decay=cfg.weight_decay,
         batch_size=cfg.batch_size,
         seed=cfg.seed,
         device=cfg.device,

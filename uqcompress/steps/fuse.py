@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from uqcompress.steps.common import StepResult, build_or_reuse
 # Fused members vs the members run one by one (with the averaged embeddings/MLP): the same
 # function up to float32 round-off, whatever the model size.
 PARITY_ATOL = 1e-4
+PARITY_FILE = "parity.json"  # the worst |diff| per contract output (export/parity.py)
 PADDING_WARNING = 0.25  # ALGORITHMS.md 6.3: warn when this share of head slots is padding
 RUNTIME_KEYS = ("device", "threads")
 
@@ -65,14 +67,16 @@ def run(
         check_fusable(loaded, members.names)
         stderr.print(f"[dim]fusing {len(loaded)} {loaded[0].family.name} members...[/dim]")
         hydra = fuse(loaded)
-        worst = _max_diff_vs_members(hydra, loaded)
-        if not worst < PARITY_ATOL:
+        parity = _parity_vs_members(hydra, loaded)
+        if not parity.passed:
             raise ParityError(
-                f"the fused model differs from its members by {worst:.2e}; nothing written",
+                f"the fused model differs from its members: {parity.describe()}; nothing written",
                 hint="this is a bug in uqc's Hydra fusion; please report it with the members",
             )
+        worst = parity.max_abs_diff["member_logits"]
         spread = mlp_spread(loaded)
         save_model(hydra, writer.dir)
+        (writer.dir / PARITY_FILE).write_text(json.dumps(parity.to_dict(), indent=2) + "\n")
         summary = model_summary(hydra)
         member_parameters = [m.num_parameters() for m in loaded]
         summary.update(
@@ -108,20 +112,24 @@ def run(
     return build_or_reuse(plan, out, force, build)
 
 
-def _max_diff_vs_members(hydra: Any, members: list[Any]) -> float:
-    """Largest |logit difference| between each fused member and that member run alone with
-    the shared (averaged) embeddings and MLP, on a synthetic batch."""
+def _parity_vs_members(hydra: Any, members: list[Any]) -> Any:
+    """The shared parity check (`export/parity.py`) of the fused model against each member run
+    alone with the shared (averaged) embeddings and MLP, on a synthetic batch: all four
+    contract outputs of the ensemble, so drift in its uncertainty fails too."""
     import torch
 
     from uqcompress.export.onnx import synthetic_batch
+    from uqcompress.export.parity import Parity, contract_outputs
     from uqcompress.methods.hydra import shared_weight_members
 
     batch = synthetic_batch(members[0])
     reference = shared_weight_members(members)
     with torch.inference_mode():
         fused = hydra.model(**batch).member_logits  # [B, M, C]
-        alone = torch.stack([m.model(**batch).logits for m in reference], dim=1)
-    return float((fused - alone).abs().max())
+        alone = torch.stack([m.model(**batch).logits for m in reference], dim=1)  # [B, M, C]
+    parity = Parity(PARITY_ATOL)
+    parity.compare(contract_outputs(alone), contract_outputs(fused))
+    return parity
 
 
 def _member_inputs(inputs: list[Path]) -> MemberInputs:

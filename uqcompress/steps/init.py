@@ -48,7 +48,7 @@ class InitConfig:
 
 
 def run(cfg: InitConfig, out: Path | None = None, force: bool = False) -> StepResult:
-    from uqcompress.models.factory import create_model
+    from uqcompress.models.factory import check_overrides, create_model
     from uqcompress.models.families import family_by_name
 
     labels = cfg.resolved_labels()
@@ -58,6 +58,8 @@ def run(cfg: InitConfig, out: Path | None = None, force: bool = False) -> StepRe
             f"unknown preset {cfg.preset!r} for family {cfg.family}",
             hint=f"use --preset with one of: {', '.join(family.presets)}",
         )
+    # Before the id is computed: an artifact a typo once made must not be reused silently.
+    check_overrides(family, cfg.preset, cfg.overrides)
     config = {**asdict(cfg), "labels": labels}
     plan = OutputPlan(kind="model", step="init", config=config, id_config=config)
 

@@ -12,6 +12,7 @@ from uqcompress.errors import ArtifactError, ConfigError, IncompatibleInputError
 from uqcompress.steps.common import StepResult, build_or_reuse
 
 PARITY_ATOL = 1e-5  # pruned vs gated full model: the same function, up to float round-off
+PARITY_FILE = "parity.json"  # the worst |diff| per contract output (export/parity.py)
 RUNTIME_KEYS = ("device", "threads")
 
 
@@ -92,12 +93,17 @@ def run(
         )
     summary = scores.manifest.summary
     circuit = summary.get("method") == "circuit"
-    if circuit and cfg.members == 1 and summary.get("ratio") != cfg.ratio:
+    # A circuit is a searched set of heads, not a ranking: prune keeps exactly what the
+    # search kept (per member with --members), so it must be asked for the searched ratio.
+    if circuit and summary.get("ratio") != cfg.ratio:
+        asked = f"--ratio {cfg.ratio}" if cfg.ratio is not None else "no --ratio"
         raise ConfigError(
-            f"these circuit scores were searched for --ratio {summary.get('ratio')}, not "
-            f"{cfg.ratio}",
-            hint=f"pass --ratio {summary.get('ratio')}, or re-score with --ratio {cfg.ratio}",
+            f"these circuit scores were searched for --ratio {summary.get('ratio')}, not {asked}",
+            hint=f"pass --ratio {summary.get('ratio')}"
+            + (f", or re-score with --ratio {cfg.ratio}" if cfg.ratio is not None else ""),
         )
+    if circuit and cfg.members > 1:
+        _check_circuit_members(summary, cfg)
     config = asdict(cfg)
     if cfg.members > 1:
         return _run_members(source, scores, cfg, out, force)
@@ -114,7 +120,7 @@ def run(
         import torch
         from safetensors.torch import load_file
 
-        from uqcompress.methods.pruning import select_heads
+        from uqcompress.methods.pruning import check_scores_fit, select_heads
         from uqcompress.models.gates import heads_per_layer
         from uqcompress.models.loading import calibration_dropped, load_model, save_model
         from uqcompress.models.surgery import kept_heads, prune_heads
@@ -129,12 +135,8 @@ def run(
                 f"these scores hold {score.shape[0]} score sets (uqc score --members)",
                 hint=f"pass --members {score.shape[0]} to prune one member per set",
             )
-        if tuple(score.shape) != (len(heads), max(heads)) or len(set(heads)) != 1:
-            raise IncompatibleInputError(
-                f"scores have shape {list(score.shape)}; the model has {len(heads)} layers "
-                f"with {heads} heads",
-                hint="score this model first: uqc score MODEL --data D",
-            )
+        # [L, max H_l]; a model pruned before scoring has NaN where a layer has no head
+        check_scores_fit(score, heads)
         if summary.get("method") == "circuit":
             keep = [list(map(int, k)) for k in summary["kept_heads"]]
         else:
@@ -148,14 +150,10 @@ def run(
         prune_heads(loaded, keep)
         with torch.inference_mode():
             pruned = loaded.model(**batch).logits
-        diff = float((pruned - gated).abs().max())
-        if not diff < PARITY_ATOL:
-            raise ParityError(
-                f"the pruned model differs from the gated full model by {diff:.2e} "
-                f"(tolerance {PARITY_ATOL:g}); nothing written",
-                hint="this is a bug in uqc's head surgery; please report it with the model",
-            )
+        parity = _parity([(gated, pruned)])
+        diff = parity.max_abs_diff["member_logits"]
         save_model(loaded, writer.dir)
+        _write_parity(writer, parity)
         from uqcompress.steps.init import model_summary
 
         after = heads_per_layer(loaded)
@@ -178,6 +176,51 @@ def run(
             writer.warn(f"layers {[i for i, h in enumerate(after) if h == 0]} have no heads left")
 
     return build_or_reuse(plan, out, force, build)
+
+
+def _parity(pairs: list[tuple[Any, Any]]) -> Any:
+    """The shared parity check (`export/parity.py`) of pruned vs gated logits, over the four
+    contract outputs each implies; raises ParityError (nothing written) when it fails.
+
+    Shape: each pair (gated, pruned) logits `[B, C]`.
+    """
+    from uqcompress.export.parity import Parity, contract_outputs
+
+    parity = Parity(PARITY_ATOL)
+    for gated, pruned in pairs:
+        parity.compare(contract_outputs(gated[:, None]), contract_outputs(pruned[:, None]))
+    if not parity.passed:
+        raise ParityError(
+            f"the pruned model differs from the gated full model: {parity.describe()}; "
+            "nothing written",
+            hint="this is a bug in uqc's head surgery; please report it with the model",
+        )
+    return parity
+
+
+def _write_parity(writer: ArtifactWriter, parity: Any) -> None:
+    import json
+
+    (writer.dir / PARITY_FILE).write_text(json.dumps(parity.to_dict(), indent=2) + "\n")
+
+
+def _check_circuit_members(summary: dict[str, Any], cfg: PruneConfig) -> None:
+    """Circuit scores for members: one searched circuit per member (uqc score --method circuit
+    --members M), kept as searched; sampling or dealing from them would discard the search."""
+    if cfg.select != "topk":
+        raise ConfigError(
+            f"--select {cfg.select} samples from a ranking, but circuit scores are searched "
+            "head sets (each member keeps its own circuit)",
+            hint="use --select topk with circuit scores, or score with --method hies",
+        )
+    sets = int(summary.get("members", 1))
+    if sets != cfg.members:
+        raise ConfigError(
+            f"these circuit scores hold {sets} searched circuit(s), not one for each of "
+            f"{cfg.members} members",
+            hint=f"score with uqc score --method circuit --ratio {summary.get('ratio')} "
+            f"--members {cfg.members}",
+        )
 
 
 def _gated_logits(loaded: Any, keep: list[list[int]], batch: dict[str, Any]) -> Any:
@@ -214,6 +257,7 @@ def _run_members(
         from safetensors.torch import load_file
 
         from uqcompress.methods.pruning import (
+            check_scores_fit,
             jaccard_per_layer,
             member_keep_count,
             select_member_heads,
@@ -227,18 +271,24 @@ def _run_members(
         if (dropped := calibration_dropped(base, source.path)) is not None:
             writer.warn(dropped)
         heads = heads_per_layer(base)
-        if tuple(score.shape[-2:]) != (len(heads), max(heads)) or len(set(heads)) != 1:
-            raise IncompatibleInputError(
-                f"scores have shape {list(score.shape)}; the model has {heads} heads per layer",
-                hint="score this model first: uqc score MODEL --data D --members M",
+        check_scores_fit(score, heads)
+        if len(set(heads)) != 1:
+            raise ConfigError(
+                f"--members keeps the same number of heads in every layer of each member; "
+                f"this model has {heads} heads per layer",
+                hint="make members from the unpruned model, or from one pruned with --scope layer",
             )
-        keep_count = member_keep_count(heads[0], cfg.members, cfg.ratio)
-        keeps = select_member_heads(score, cfg.members, keep_count, cfg.select, cfg.seed)
+        if summary.get("method") == "circuit":
+            # each member is exactly its searched circuit (checked in _check_circuit_members)
+            keeps = [[list(map(int, layer)) for layer in m] for m in summary["kept_heads"]]
+        else:
+            keep_count = member_keep_count(heads[0], cfg.members, cfg.ratio)
+            keeps = select_member_heads(score, cfg.members, keep_count, cfg.select, cfg.seed)
         params_before = base.num_parameters()
         from uqcompress.export.onnx import synthetic_batch
 
         batch = synthetic_batch(base)
-        worst = 0.0
+        pairs = []
         parameters = []
         for m, keep in enumerate(keeps):
             # A copy of the already-loaded base: no second read and hash of the checkpoint.
@@ -246,15 +296,12 @@ def _run_members(
             gated = _gated_logits(member, keep, batch)
             prune_heads(member, keep)
             with torch.inference_mode():
-                worst = max(worst, float((member.model(**batch).logits - gated).abs().max()))
+                pairs.append((gated, member.model(**batch).logits))
             save_model(member, writer.dir / f"member{m}")
             parameters.append(member.num_parameters())
-        if not worst < PARITY_ATOL:
-            raise ParityError(
-                f"a pruned member differs from its gated full model by {worst:.2e}; nothing "
-                "written",
-                hint="this is a bug in uqc's head surgery; please report it with the model",
-            )
+        parity = _parity(pairs)  # every member's outputs, worst over members
+        worst = parity.max_abs_diff["member_logits"]
+        _write_parity(writer, parity)
         overlap = jaccard_per_layer(keeps)
         writer.summary.update(
             {
@@ -264,7 +311,7 @@ def _run_members(
                 "labels": list(base.labels),
                 "family": base.family.name,
                 "heads_before": sum(heads),
-                "heads_per_member": keep_count * len(heads),
+                "heads_per_member": sum(len(layer) for layer in keeps[0]),
                 "kept_heads": keeps,
                 "jaccard_per_layer": [round(v, 4) for v in overlap],
                 "jaccard_mean": round(sum(overlap) / len(overlap), 4),

@@ -113,18 +113,15 @@ def run(
     def build(writer: ArtifactWriter) -> None:
         from safetensors.torch import save_file
 
-        from uqcompress.models.gates import heads_per_layer
+        from uqcompress.methods.scoring import head_counts
         from uqcompress.models.loading import load_model
 
         loaded = load_model(source)
         model: Any = loaded.model
         model.to(cfg.device)
-        heads = heads_per_layer(loaded)
-        if len(set(heads)) != 1:
-            raise ConfigError(
-                f"{model_path} is already pruned unevenly ({heads} heads per layer)",
-                hint="score the model before pruning it",
-            )
+        # The heads the model has now (a pruned model records fewer than its config's
+        # num_attention_heads); uneven layers score as [L, max H_l], NaN where no head is.
+        heads = head_counts(loaded)
         start = time.perf_counter()
         if cfg.members == 1:
             tensors, extra = _compute(loaded, cfg, data, ood)
@@ -156,6 +153,7 @@ def run(
                 "members": cfg.members,
                 "layers": int(score.shape[-2]),
                 "heads": int(score.shape[-1]),
+                "heads_per_layer": heads,
                 "seconds": round(seconds, 3),
                 "calibration_examples": min(cfg.calib_size, len(data)) if data else 0,
                 **extra,
@@ -201,10 +199,8 @@ def _compute(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     from uqcompress.methods import scoring
 
-    layers = int(loaded.config.num_hidden_layers)
-    heads = int(loaded.config.num_attention_heads)
     if cfg.method == "random":
-        return {"score": scoring.random_scores(layers, heads, cfg.seed)}, {}
+        return {"score": scoring.random_head_scores(loaded, cfg.seed)}, {}
     if cfg.method == "l2":
         return {"score": scoring.l2_scores(loaded)}, {}
     batches = _calibration_batches(loaded, data, cfg)
@@ -221,7 +217,9 @@ def _compute(
     from uqcompress.methods.pruning import heads_to_remove
 
     assert cfg.ratio is not None
-    keep = heads - heads_to_remove(cfg.ratio, 1, heads, "layer")
+    # Per layer, of the heads the model has now (not config.num_attention_heads).
+    heads = scoring.head_counts(loaded)
+    keep = [h - heads_to_remove(cfg.ratio, 1, h, "layer") for h in heads]
     ood_batches = (
         _calibration_batches(loaded, _as_index_labels(ood), cfg) if ood is not None else None
     )
@@ -236,7 +234,7 @@ def _compute(
             progress.update(task, completed=done, total=total)
 
         score, kept = scoring.circuit_scores(
-            loaded, batches, [keep] * layers, ood_batches=ood_batches, progress=report
+            loaded, batches, keep, ood_batches=ood_batches, progress=report
         )
     return {"score": score}, {
         "ratio": cfg.ratio,

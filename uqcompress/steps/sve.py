@@ -23,6 +23,7 @@ class SVEConfig:
     rank: str = "full"  # or a number: every target truncated to that rank
     epochs: int = 3
     lr: float = 1e-3
+    weight_decay: float = 0.01
     batch_size: int = 32
     seed: int = 0
     max_length: int | None = None
@@ -73,6 +74,7 @@ def run(
     train_cfg = TrainConfig(
         epochs=cfg.epochs,
         lr=cfg.lr,
+        weight_decay=cfg.weight_decay,
         batch_size=cfg.batch_size,
         seed=cfg.seed,
         device=cfg.device,
@@ -113,6 +115,7 @@ def run(
             val=cfg.val,
             epochs=cfg.epochs,
             lr=cfg.lr,
+            weight_decay=cfg.weight_decay,
             batch_size=cfg.batch_size,
             seed=cfg.seed,
             max_length=cfg.max_length,

@@ -110,7 +110,9 @@ def fit_temperature(member_logits: npt.NDArray[Any], labels: npt.NDArray[Any]) -
 def abstain_scores(
     probs: npt.NDArray[Any], entropy: npt.NDArray[Any], mutual_info: npt.NDArray[Any]
 ) -> dict[str, npt.NDArray[np.float64]]:
-    """The rule's scores from the contract's outputs (higher = less sure).
+    """The rule's scores from the contract's outputs (higher = less sure): the one place they
+    are computed, so `calibrate` fits the threshold on exactly what the Predictor and
+    `predict` compare with it (float32 outputs of `uq.functional`, widened exactly).
 
     Shape: probs `[N, C]`, entropy `[N]`, mutual_info `[N]` -> dict of `[N]`.
     """

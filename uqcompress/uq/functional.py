@@ -6,16 +6,35 @@ natural, so entropies and mutual information are in nats.
 
 Everything here is built from ops that export cleanly to ONNX (Softmax, Log, Mul,
 ReduceSum, ReduceMean, Clip, Sub, Cast); no Einsum, no xlogy.
+
+The one definition of the uncertainty outputs (every graph's, the Predictor's, `eval`'s,
+`predict`'s and `calibrate`'s), with ``p_m = softmax(member_logits[:, m])``:
+
+- ``probs = p_bar = (1/M) sum_m p_m``;
+- ``entropy = H(p_bar) = -sum_c p_bar_c * ln(max(p_bar_c, tiny))`` (so ``0 ln 0 = 0``);
+- ``mutual_info = (1/M) sum_m sum_c p_mc * (ln max(p_mc, tiny) - ln max(p_bar_c, tiny))``,
+  clamped at 0: the mean KL of each member from the mixture, which equals
+  ``H(p_bar) - mean_m H(p_m)`` but has no cancellation between two large entropies, and is
+  exactly 0 for M = 1.
+
+``tiny`` is the smallest normal number of the dtype. The exported graph and every consumer
+that applies a threshold to these values (`calibrate` fits the abstention threshold, the
+Predictor and `predict` apply it) compute them here, in float32 from float32 member logits,
+so a threshold splits the same numbers the same way. `uq.metrics` holds the numpy twin
+(same formula, float64) for reports; a test keeps torch, numpy and ONNX Runtime within 1e-6.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
+import numpy.typing as npt
 import torch
 
 __all__ = [
     "UncertaintyOutputs",
+    "as_deployed",
     "entropy",
     "mean_probs",
     "mutual_information",
@@ -131,3 +150,19 @@ def uncertainty_outputs(member_logits: torch.Tensor) -> UncertaintyOutputs:
         entropy=entropy(p_bar),
         mutual_info=_mutual_information_from_probs(member_probs, p_bar),
     )
+
+
+def as_deployed(member_logits: npt.ArrayLike) -> tuple[npt.NDArray[np.float32], ...]:
+    """probs, entropy and mutual_info exactly as an exported graph computes them: this
+    module's functions on float32 logits (already divided by the temperature, as the graph
+    divides them). `calibrate` fits its abstention threshold on these values, and `predict`
+    in torch applies it to them, so both split the scores the Predictor gets from ONNX
+    Runtime (the same ops, in float32).
+
+    Shape: member_logits `[N, M, C]` -> probs `[N, C]`, entropy `[N]`, mutual_info `[N]`,
+    float32 numpy arrays.
+    """
+    logits = torch.from_numpy(np.ascontiguousarray(member_logits, dtype=np.float32))
+    with torch.no_grad():
+        outputs = uncertainty_outputs(logits)
+    return outputs.probs.numpy(), outputs.entropy.numpy(), outputs.mutual_info.numpy()

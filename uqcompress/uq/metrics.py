@@ -224,10 +224,23 @@ def _validate_prob_array(probs: FloatArray, ndim: int, name: str) -> npt.NDArray
     return p64
 
 
+def _safe_log(p: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """``ln p`` with ``p`` clamped at the smallest normal float, so ``0 * ln 0`` is 0 (as
+    ``uq.functional._safe_log``)."""
+    return np.asarray(np.log(np.maximum(p, np.finfo(p.dtype).tiny)))
+
+
 def _entropy(p: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-    """Shannon entropy in nats along the last axis, with ``0 ln 0 = 0``."""
-    safe = np.where(p > 0, p, 1.0)
-    return np.asarray(-np.sum(np.where(p > 0, p * np.log(safe), 0.0), axis=-1))
+    """Shannon entropy in nats along the last axis, with ``0 ln 0 = 0``: the numpy twin of
+    ``uq.functional.entropy`` (same formula, see that module's docstring)."""
+    return np.asarray(-np.sum(p * _safe_log(p), axis=-1))
+
+
+def _mutual_information(p: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """``mean_m KL(p_m || mean_m p_m)``, clamped at 0: the numpy twin of the mutual information
+    in ``uq.functional`` (same formula). Shape: ``[N, M, C]`` -> ``[N]``."""
+    log_ratio = _safe_log(p) - _safe_log(p.mean(axis=1))[:, None, :]
+    return np.asarray(np.maximum((p * log_ratio).sum(axis=-1).mean(axis=1), 0.0))
 
 
 def softmax(logits: npt.NDArray[Any], axis: int = -1) -> npt.NDArray[np.float64]:
@@ -259,8 +272,9 @@ def member_mutual_information(member_probs: FloatArray) -> npt.NDArray[np.float6
     """Mutual information between the prediction and the member (epistemic uncertainty).
 
     ``MI_i = H(mean_m p_imc) - mean_m H(p_im.)`` in nats (the BALD / Jensen-Shannon
-    disagreement score), clamped at 0 against rounding. Range ``[0, min(ln C, ln M)]``;
-    exactly 0 when all members agree and for a single member (``M = 1``).
+    disagreement score), evaluated as ``mean_m KL(p_im || mean_m p_im)`` and clamped at 0:
+    the one definition of ``uq.functional`` (the exported graph's), in float64. Range
+    ``[0, min(ln C, ln M)]``; exactly 0 when all members agree and for a single member.
 
     Shape:
         - member_probs: ``[N, M, C]``; output: ``[N]`` float64.
@@ -268,8 +282,7 @@ def member_mutual_information(member_probs: FloatArray) -> npt.NDArray[np.float6
     p = _validate_prob_array(member_probs, 3, "member_probs")
     if p.shape[1] == 1:
         return np.zeros(p.shape[0], dtype=np.float64)
-    mi = _entropy(p.mean(axis=1)) - _entropy(p).mean(axis=1)
-    return np.maximum(mi, 0.0)
+    return _mutual_information(p)
 
 
 def uncertainty_scores(member_probs: FloatArray) -> dict[str, npt.NDArray[np.float64]]:

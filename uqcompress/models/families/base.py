@@ -13,9 +13,23 @@ if TYPE_CHECKING:
 InputKind = Literal["text", "image"]
 
 
+def config_head_dim(config: Any) -> int:
+    """Width d_h of one attention head: `config.head_dim` where the config sets it (families
+    whose heads are not hidden / heads wide), else `hidden_size // num_attention_heads`.
+
+    The one place head_dim is read: gates, surgery, scoring, the Hydra model and DIRECTOR's
+    transition all use it, so a family with its own head width needs no edit elsewhere.
+    """
+    explicit = getattr(config, "head_dim", None)
+    if explicit:
+        return int(explicit)
+    return int(config.hidden_size) // int(config.num_attention_heads)
+
+
 @dataclass(frozen=True)
 class AttentionParts:
-    """The projections of one attention layer (later issues gate and prune through these)."""
+    """The projections of one attention layer: what head gates, scoring, pruning and Hydra
+    fusion read, and what `Family.set_attention_layer` installs after pruning."""
 
     query: nn.Linear
     key: nn.Linear
