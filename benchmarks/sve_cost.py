@@ -110,8 +110,8 @@ from prune_speed import (
 if TYPE_CHECKING:
     from torch import nn
 
-    from uqcompress.methods.sve import ParameterReport, SVEModel
     from uqcompress.models.loading import LoadedModel
+    from uqcompress.models.sve_model import ParameterReport, SVEModel
 
 MEMBERS_FULL = (4, 8)
 MEMBERS_QUICK = (4,)
@@ -175,7 +175,7 @@ def target_overhead(sve: SVEModel) -> float:
 
     At full rank and I = 4d this is the paper's per-layer fraction (M - 1) 5 / (4 d).
     """
-    from uqcompress.methods.sve import SVDLinear
+    from uqcompress.models.sve_model import SVDLinear
 
     layers = [m for m in sve.modules() if isinstance(m, SVDLinear)]
     own = sum(m.singular_values.shape[1] + m.bias.shape[1] for m in layers)
@@ -185,7 +185,7 @@ def target_overhead(sve: SVEModel) -> float:
 
 def sve_flops(base: LoadedModel, sve: SVEModel, tokens: int, materialised: bool) -> int:
     """FLOPs of one example through the SVE model (formula in the module docstring)."""
-    from uqcompress.methods.sve import SVDLinear
+    from uqcompress.models.sve_model import SVDLinear
 
     delta = 0  # multiply-adds per token over the base's in*out of every target
     if not materialised:
@@ -211,7 +211,7 @@ def sve_configs(
 ) -> list[Config]:
     """The factorised and the materialised SVE of `base` with `members` members."""
     from uqcompress.export.graph import graph_for
-    from uqcompress.methods.sve import (
+    from uqcompress.models.sve_model import (
         build_sve,
         materialize,
         overhead_closed_form,

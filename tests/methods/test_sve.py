@@ -10,7 +10,9 @@ import torch
 import torch.nn.functional as F
 
 from uqcompress.errors import ConfigError
-from uqcompress.methods.sve import (
+from uqcompress.models.factory import create_model
+from uqcompress.models.loading import LoadedModel, load_model, resolve_model_source, save_model
+from uqcompress.models.sve_model import (
     SVDLinear,
     build_sve,
     materialize,
@@ -19,8 +21,6 @@ from uqcompress.methods.sve import (
     parameter_report,
     resolve_targets,
 )
-from uqcompress.models.factory import create_model
-from uqcompress.models.loading import LoadedModel, load_model, resolve_model_source, save_model
 
 LABELS = ["a", "b", "c"]
 

@@ -357,7 +357,7 @@ def _hydra_skeleton(config: Any, family: Family) -> Any:
 
 
 def _sve_skeleton(config: Any, family: Family) -> Any:
-    from uqcompress.methods.sve import sve_skeleton
+    from uqcompress.models.sve_model import sve_skeleton
 
     return sve_skeleton(config, family)
 
