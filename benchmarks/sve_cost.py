@@ -110,8 +110,9 @@ from prune_speed import (
 if TYPE_CHECKING:
     from torch import nn
 
+    from uqcompress.methods.sve import ParameterReport
     from uqcompress.models.loading import LoadedModel
-    from uqcompress.models.sve_model import ParameterReport, SVEModel
+    from uqcompress.models.sve_model import SVEModel
 
 MEMBERS_FULL = (4, 8)
 MEMBERS_QUICK = (4,)
@@ -211,7 +212,7 @@ def sve_configs(
 ) -> list[Config]:
     """The factorised and the materialised SVE of `base` with `members` members."""
     from uqcompress.export.graph import graph_for
-    from uqcompress.models.sve_model import (
+    from uqcompress.methods.sve import (
         build_sve,
         materialize,
         overhead_closed_form,

@@ -81,9 +81,9 @@ def test_deep_ensemble_reports_entropy_aleatoric_and_mi(
 @pytest.fixture(scope="module")
 def sve_and_single(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """Evals of a (noisy, untrained) 3-member SVE of a tiny ViT and of the ViT itself."""
+    from uqcompress.methods.sve import build_sve
     from uqcompress.models.factory import create_model
     from uqcompress.models.loading import save_model
-    from uqcompress.models.sve_model import build_sve
 
     root = tmp_path_factory.mktemp("uncertainty")
     base = create_model("vit", [str(d) for d in range(10)], preset="tiny", seed=0)

@@ -10,10 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from uqcompress.errors import ConfigError
-from uqcompress.models.factory import create_model
-from uqcompress.models.loading import LoadedModel, load_model, resolve_model_source, save_model
-from uqcompress.models.sve_model import (
-    SVDLinear,
+from uqcompress.methods.sve import (
     build_sve,
     materialize,
     overhead_closed_form,
@@ -21,6 +18,9 @@ from uqcompress.models.sve_model import (
     parameter_report,
     resolve_targets,
 )
+from uqcompress.models.factory import create_model
+from uqcompress.models.loading import LoadedModel, load_model, resolve_model_source, save_model
+from uqcompress.models.sve_model import SVDLinear
 
 LABELS = ["a", "b", "c"]
 

@@ -144,7 +144,8 @@ def _write_onnx(
     graph = graph_for(loaded.model, loaded.input_kind, temperature)
     exported = graph
     if cfg.materialize:
-        from uqcompress.models.sve_model import is_sve_config, materialize
+        from uqcompress.methods.sve import materialize
+        from uqcompress.models.sve_model import is_sve_config
 
         if not is_sve_config(loaded.config):
             raise ConfigError(

@@ -97,7 +97,7 @@ def run(
     )
 
     def build(writer: ArtifactWriter) -> None:
-        from uqcompress.models.sve_model import build_sve, parameter_report
+        from uqcompress.methods.sve import build_sve, parameter_report
         from uqcompress.steps.finetune import FinetuneConfig, _train_into
 
         built: dict[str, Any] = {}
