@@ -98,10 +98,10 @@ def check_fusable(members: list[LoadedModel], names: list[str]) -> None:
             hint="make members with uqc prune SCORES --members 3",
         )
     first = members[0]
-    from uqcompress.models.loading import ENSEMBLE_KEYS
+    from uqcompress.models.kinds import kind_of
 
     for member, name in zip(members, names, strict=True):
-        if any(getattr(member.config, key, None) is not None for key in ENSEMBLE_KEYS):
+        if kind_of(member.config).ensemble:
             raise IncompatibleInputError(
                 f"{name} is already an ensemble model (Hydra, SVE or DIRECTOR); Hydra fuses "
                 "single pruned models",

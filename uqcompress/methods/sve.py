@@ -26,9 +26,9 @@ from torch import nn
 
 from uqcompress.errors import ConfigError
 from uqcompress.models.grouped import GroupedLinear
+from uqcompress.models.kinds import SVE_KEY
 from uqcompress.models.sve_model import (
     CLASSIFIER,
-    SVE_KEY,
     SVDLinear,
     SVEModel,
     SVESpec,

@@ -13,6 +13,7 @@ from uqcompress.artifacts.hashing import directory_fingerprint
 from uqcompress.artifacts.reader import read_manifest
 from uqcompress.errors import ArtifactError, ConfigError
 from uqcompress.models.families import Family, family_for_config
+from uqcompress.models.kinds import CALIBRATION_KEY, PLAIN, ModelKind, kind_of
 from uqcompress.models.preprocessing import ImagePreprocessing
 from uqcompress.uq.calibration import Calibration
 
@@ -33,9 +34,6 @@ class ModelSource:
     is_artifact: bool
 
 
-# Config fields of models that are ensembles in one module (Hydra, SVE): their presence
-# means "load with our classes, not transformers'".
-ENSEMBLE_KEYS = ("uqc_hydra", "uqc_sve", "uqc_director")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
@@ -118,13 +116,6 @@ def _refuse_remote_code(path: Path, trust_remote_code: bool) -> None:
         )
 
 
-ENSEMBLE_NAMES = {
-    "uqc_hydra": "a fused Hydra model",
-    "uqc_sve": "a Singular Value Ensemble",
-    "uqc_director": "a DIRECTOR student",
-}
-
-
 def raw_config(directory: Path) -> dict[str, Any]:
     """A model directory's config.json as plain JSON, without transformers; {} when it is
     missing or unreadable (load_model reports that with its own message)."""
@@ -137,27 +128,28 @@ def raw_config(directory: Path) -> dict[str, Any]:
     return raw if isinstance(raw, dict) else {}
 
 
+def source_kind(source: ModelSource) -> ModelKind:
+    """The kind of the model at `source` (models/kinds.py), from its config.json alone:
+    without loading the weights, so steps can refuse before any work."""
+    return kind_of(raw_config(source.path))
+
+
 def ensemble_kind(source: ModelSource) -> str | None:
-    """Which ensemble-in-one-module key (ENSEMBLE_KEYS) the model's config.json carries, if
-    any; read without loading the weights, so steps can refuse before any work."""
-    raw = raw_config(source.path)
-    return next((key for key in ENSEMBLE_KEYS if raw.get(key) is not None), None)
+    """The config key of the ensemble-in-one-module kind (Hydra, SVE, DIRECTOR) the model
+    at `source` is, if it is one."""
+    kind = source_kind(source)
+    return kind.key if kind.ensemble else None
 
 
 def refuse_fused(source: ModelSource, step: str) -> None:
     """Steps that read or rebuild one classifier (score, svd-ensemble, distill-director)
     cannot take an ensemble model."""
-    kind = ensemble_kind(source)
-    if kind is None:
+    kind = source_kind(source)
+    if not kind.ensemble:
         return
-    hints = {
-        "uqc_hydra": f"{step} the base model before pruning members and fusing them",
-        "uqc_sve": f"{step} the base model the ensemble was built from",
-        "uqc_director": f"{step} the teacher it was distilled from",
-    }
     raise ConfigError(
-        f"{source.path} is {ENSEMBLE_NAMES[kind]}; {step} works on one classifier",
-        hint=hints[kind],
+        f"{source.path} is {kind.described}; {step} works on one classifier",
+        hint=kind.refusal_hint(step),
     )
 
 
@@ -205,12 +197,9 @@ class LoadedModel:
 
     @property
     def members(self) -> int:
-        """Predictions per input: M for a fused Hydra model, 1 for a classifier."""
-        for key in ENSEMBLE_KEYS:
-            raw = getattr(self.config, key, None)
-            if raw is not None:
-                return int(raw["members"])
-        return 1
+        """Predictions per input: M for an ensemble model (DIRECTOR: S samples), 1 for a
+        classifier."""
+        return kind_of(self.config).members(self.config)
 
 
 def first_line(exc: BaseException) -> str:
@@ -256,11 +245,9 @@ def load_model(source: ModelSource) -> LoadedModel:
             hint="pass a directory written by save_pretrained() of a BERT or ViT model",
         ) from exc
     family = family_for_config(config, str(path))
-    for key in ENSEMBLE_KEYS:
-        if getattr(config, key, None) is not None:
-            return _finish(_load_ensemble(key, path, config, family), path)
-    if getattr(config, "uqc_kept_heads", None) is not None:
-        return _finish(_load_pruned(path, config, family), path)
+    kind = kind_of(config)
+    if kind.skeleton is not None:  # ours: transformers cannot rebuild its shapes
+        return _finish(_load_into_skeleton(kind, path, config, family), path)
     try:
         loaded_with_info: Any = family.classifier_class().from_pretrained(
             str(path), output_loading_info=True
@@ -281,9 +268,6 @@ def load_model(source: ModelSource) -> LoadedModel:
         k for k in info.get("missing_keys", []) if k.startswith("classifier")
     )
     return _finish(loaded, path)
-
-
-CALIBRATION_KEY = "uqc_calibration"
 
 
 def _finish(loaded: LoadedModel, path: Path) -> LoadedModel:
@@ -325,72 +309,22 @@ def _finish(loaded: LoadedModel, path: Path) -> LoadedModel:
     return loaded
 
 
-def _load_pruned(path: Path, config: Any, family: Family) -> LoadedModel:
-    """A head-pruned checkpoint: build the full model, cut it to the recorded heads, then load
-    the weights strictly (plain transformers cannot: its shapes come from the config)."""
+def _load_into_skeleton(kind: ModelKind, path: Path, config: Any, family: Family) -> LoadedModel:
+    """A model of one of our kinds (pruned, Hydra, SVE, DIRECTOR): its shapes come from the
+    layout under the kind's key in the config; the weights are loaded strictly into that
+    skeleton (plain transformers cannot: its shapes come from the config)."""
     import torch
     from safetensors.torch import load_model as load_safetensors_model
 
-    from uqcompress.models.surgery import shape_to_kept_heads
-
-    kept = [list(map(int, layer)) for layer in config.uqc_kept_heads]
-    with torch.random.fork_rng(devices=[]):
-        model = family.classifier_class()(config)
-    loaded = LoadedModel(model=model, family=family, config=model.config, labels=labels_of(config))
-    shape_to_kept_heads(loaded, kept)
-    weights = path / "model.safetensors"
-    try:
-        load_safetensors_model(model, str(weights), strict=True)
-    except Exception as exc:  # missing file, wrong shapes, damaged data
-        raise ArtifactError(
-            f"cannot load the pruned model in {path}: {first_line(exc)[:300]}",
-            hint="re-create it with uqc prune",
-        ) from exc
-    model.eval()
-    return loaded
-
-
-def _hydra_skeleton(config: Any, family: Family) -> Any:
-    from uqcompress.models.hydra_model import HydraModel
-
-    return HydraModel(config, family.name)
-
-
-def _sve_skeleton(config: Any, family: Family) -> Any:
-    from uqcompress.models.sve_model import sve_skeleton
-
-    return sve_skeleton(config, family)
-
-
-def _director_skeleton(config: Any, family: Family) -> Any:
-    from uqcompress.methods.director import director_skeleton
-
-    return director_skeleton(config, family)
-
-
-# config key -> (how to build its empty module, what it is, the step that re-creates it)
-_SKELETONS: dict[str, tuple[Any, str, str]] = {
-    "uqc_hydra": (_hydra_skeleton, "Hydra model", "uqc fuse"),
-    "uqc_sve": (_sve_skeleton, "SVE model", "uqc svd-ensemble"),
-    "uqc_director": (_director_skeleton, "DIRECTOR model", "uqc distill-director"),
-}
-
-
-def _load_ensemble(key: str, path: Path, config: Any, family: Family) -> LoadedModel:
-    """An ensemble in one module (Hydra, SVE, DIRECTOR): its shapes come from the spec under
-    `key` in the config; the weights are loaded strictly into that skeleton."""
-    import torch
-    from safetensors.torch import load_model as load_safetensors_model
-
-    skeleton, what, remake = _SKELETONS[key]
+    assert kind.skeleton is not None
     try:
         with torch.random.fork_rng(devices=[]):  # loading must not move the global RNG
-            model: Any = skeleton(config, family)
+            model: Any = kind.skeleton(config, family)
         load_safetensors_model(model, str(path / "model.safetensors"), strict=True)
     except Exception as exc:  # missing file, wrong shapes, damaged data or spec
         raise ArtifactError(
-            f"cannot load the {what} in {path}: {first_line(exc)[:300]}",
-            hint=f"re-create it with {remake}",
+            f"cannot load the {kind.noun} in {path}: {first_line(exc)[:300]}",
+            hint=f"re-create it with {kind.remake}",
         ) from exc
     model.eval()
     return LoadedModel(model=model, family=family, config=config, labels=labels_of(config))
@@ -421,11 +355,11 @@ def save_model(loaded: LoadedModel, directory: Path, keep_calibration: bool = Fa
 
 def _save_weights_and_config(loaded: LoadedModel, directory: Path) -> None:
     config = loaded.model.config
-    if any(getattr(config, key, None) is not None for key in ("uqc_kept_heads", *ENSEMBLE_KEYS)):
-        # A head-pruned model or an ensemble model (Hydra, SVE, DIRECTOR): transformers would rename
-        # keys to its legacy layout on save and cannot rebuild our shapes on load, so weights
-        # go out under the module's own names (safetensors, format=pt) and load back through
-        # `_load_pruned` or `_load_ensemble` (into the kind's skeleton).
+    if kind_of(config) is not PLAIN:
+        # One of our kinds (pruned, Hydra, SVE, DIRECTOR): transformers would rename keys to
+        # its legacy layout on save and cannot rebuild our shapes on load, so weights go out
+        # under the module's own names (safetensors, format=pt) and load back through
+        # `_load_into_skeleton`.
         from safetensors.torch import save_model as save_safetensors_model
 
         directory.mkdir(parents=True, exist_ok=True)

@@ -133,3 +133,20 @@ def replace_module(model: Any, name: str, new: Any) -> Any:
     old = getattr(parent, child)
     setattr(parent, child, new)
     return old
+
+
+def classifier_skeleton(config: Any, family: Any) -> Any:
+    """The classifier `config` describes, cut to the heads it records as kept (a pruned
+    model, or the base of an SVE or DIRECTOR model made from one): shapes to load weights
+    into. Building it leaves the global RNG as it was."""
+    import torch
+
+    from uqcompress.models.loading import labels_of
+
+    with torch.random.fork_rng(devices=[]):
+        model = family.classifier_class()(config)
+        kept = getattr(config, KEPT_HEADS_KEY, None)
+        if kept is not None:
+            base = LoadedModel(model=model, family=family, config=config, labels=labels_of(config))
+            shape_to_kept_heads(base, [list(map(int, layer)) for layer in kept])
+    return model

@@ -20,12 +20,12 @@ import torch
 from torch import nn
 
 from uqcompress.models.grouped import GroupedLinear
+from uqcompress.models.kinds import SVE_KEY  # config field holding the SVESpec as a dict
 from uqcompress.models.outputs import MemberOutput
 
 if TYPE_CHECKING:
     from uqcompress.models.families import Family
 
-SVE_KEY = "uqc_sve"  # config field holding the SVESpec as a dict
 CLASSIFIER = "classifier"  # the head's module name in every supported family
 
 
@@ -194,15 +194,9 @@ def install_layers(inner: Any, spec: SVESpec, generator: torch.Generator | None)
 
 def sve_skeleton(config: Any, family: Family) -> SVEModel:
     """An SVE model with the shapes its config records (weights to be loaded)."""
-    from uqcompress.models.loading import LoadedModel, labels_of
-    from uqcompress.models.surgery import KEPT_HEADS_KEY, shape_to_kept_heads
+    from uqcompress.models.surgery import classifier_skeleton
 
     spec = SVESpec.from_config(config)
-    with torch.random.fork_rng(devices=[]):
-        inner: Any = family.classifier_class()(config)
-    kept = getattr(config, KEPT_HEADS_KEY, None)
-    if kept is not None:  # SVE of a head-pruned model
-        base = LoadedModel(model=inner, family=family, config=config, labels=labels_of(config))
-        shape_to_kept_heads(base, [list(map(int, layer)) for layer in kept])
+    inner: Any = classifier_skeleton(config, family)  # an SVE of a pruned model: its heads
     install_layers(inner, spec, None)
     return SVEModel(inner, spec)

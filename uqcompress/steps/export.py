@@ -97,17 +97,17 @@ def _write_safetensors(loaded: Any, writer: ArtifactWriter) -> None:
             f"{loaded.calibration.temperature:.4g}); plain transformers does not apply it: "
             "divide the logits by the temperature yourself, or load with uqcompress"
         )
-    from uqcompress.models.loading import ENSEMBLE_KEYS, ENSEMBLE_NAMES
+    from uqcompress.models.kinds import PRUNED, kind_of
 
-    ensemble = [key for key in ENSEMBLE_KEYS if getattr(loaded.config, key, None) is not None]
-    if ensemble:
+    kind = kind_of(loaded.config)
+    if kind.ensemble:
         writer.summary["members"] = loaded.members
         writer.summary["loads_with"] = "uqcompress.models.loading.load_model (uqc import DIR)"
         writer.warn(
-            f"this is {ENSEMBLE_NAMES[ensemble[0]]}: plain transformers has "
+            f"this is {kind.described}: plain transformers has "
             "no class for it; load it with uqcompress (or use the ONNX export)"
         )
-    elif getattr(loaded.config, "uqc_kept_heads", None) is not None:
+    elif kind is PRUNED:
         writer.summary["loads_with"] = "uqcompress.models.loading.load_model (uqc import DIR)"
         writer.warn(
             "this model has pruned, uneven attention heads: plain transformers cannot rebuild "
