@@ -117,123 +117,41 @@ def run(
 def _distill(
     teacher: Any, cfg: DirectorConfig, train_cfg: Any, train_data: Any, val_data: Any, writer: Any
 ) -> dict[str, Any]:
-    import copy
-
-    import torch
-    from torch import nn
-
-    from uqcompress.data.encoding import check_input_kind, encode, make_loader
-    from uqcompress.data.labels import map_labels
-    from uqcompress.inference import predict_logits
-    from uqcompress.methods.director import (
-        DIRECTOR_KEY,
-        LossWeights,
-        build_student,
-        distillation_loss,
-        no_dropout,
-        parameter_counts,
-        record_teacher_states,
-        sampled_ce,
-        student_trainable,
-    )
+    """Distil (methods/director_distill.py), save the student into the artifact, and
+    summarise the run."""
+    from uqcompress.data.encoding import check_input_kind
+    from uqcompress.methods.director import LossWeights
+    from uqcompress.methods.director_distill import distill
     from uqcompress.models.loading import save_model
     from uqcompress.steps.init import model_summary
-    from uqcompress.train import train
-    from uqcompress.uq.metrics import accuracy, ece, softmax
 
     for each in [train_data] + ([val_data] if val_data is not None else []):
         check_input_kind(each, teacher.input_kind, teacher.family.name)
-    student = build_student(
-        teacher, cfg.replace_last, cfg.depth, cfg.samples, cfg.seed, cfg.train_head
-    )
-    student_trainable(student, cfg.train_head)
-    config = copy.deepcopy(teacher.config)
-    setattr(config, DIRECTOR_KEY, student.spec.to_dict())
-    student.config = config
-    ids = map_labels(train_data, teacher.labels, placeholder=False).ids
-    encoded = encode(train_data, teacher, ids, cfg.max_length)
-    loader = make_loader(encoded, cfg.batch_size, shuffle=True, seed=cfg.seed)
     std_weight = cfg.lambda_std if cfg.lambda_std is not None else 0.0  # unused unless mse
     weights = LossWeights(cfg.loss, cfg.lambda_mean, std_weight, cfg.lambda_ce)
-    family = teacher.family.name
-    frozen_teacher = teacher.model
-    for param in frozen_teacher.parameters():
-        param.requires_grad_(False)
-    if cfg.loss == "kl":
-        writer.warn(
-            f"the {family} teacher's layers are deterministic (no variance to match): --loss kl "
-            "is the Gaussian NLL of the teacher's states under the student"
-        )
-
-    steps_seen = {"batches": 0}
-    epoch_steps: list[torch.Tensor] = []
-
-    class Distiller(nn.Module):
-        """The student for the training loop (its forward is the loss, so a DDP wrapper
-        synchronises gradients); the frozen teacher rides along unregistered."""
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.student = student
-
-        def forward(self, batch: dict[str, Any]) -> torch.Tensor:
-            labels = batch["labels"]
-            inputs = {k: v for k, v in batch.items() if k != "labels"}
-            frozen_teacher.to(labels.device)  # a no-op after the first batch
-            with no_dropout(frozen_teacher):
-                states = record_teacher_states(
-                    frozen_teacher, family, student.spec.replace_last, inputs
-                )
-            l1, per_step = distillation_loss(student, states, weights)
-            epoch_steps.append(per_step.cpu())
-            steps_seen["batches"] += 1
-            seed = cfg.seed * 1_000_003 + steps_seen["batches"]
-            return l1 + weights.ce * sampled_ce(student, inputs, labels, seed)
-
-    def loss_fn(model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
-        loss: torch.Tensor = model(batch)
-        return loss
-
-    per_step_curve: list[list[float]] = []
-    val_metrics: list[dict[str, float]] = []
-    validate: Any = None
-    if val_data is not None:
-        val_ids = map_labels(val_data, teacher.labels, placeholder=False).ids
-        val_encoded = encode(val_data, teacher, val_ids, cfg.max_length)
-
-        def validate(_model: Any) -> dict[str, float]:
-            logits = predict_logits(student, val_encoded, device=cfg.device).member_logits
-            probs = softmax(logits).mean(axis=1)
-            metrics = {"acc": accuracy(probs, val_ids), "ece": ece(probs, val_ids)}
-            val_metrics.append(metrics)
-            return metrics
-
-    def end_of_epoch_validate(model: Any) -> dict[str, float]:
-        if epoch_steps:
-            per_step_curve.append(torch.stack(epoch_steps).mean(dim=0).tolist())
-            epoch_steps.clear()
-        return validate(model) if validate is not None else {}
-
-    result = train(
-        Distiller(),
-        loader,
+    done = distill(
+        teacher,
+        train_data,
+        val_data,
         train_cfg,
-        loss_fn=loss_fn,
-        validate=end_of_epoch_validate,
-        description=f"distill-director {family}",
+        replace_last=cfg.replace_last,
+        depth=cfg.depth,
+        samples=cfg.samples,
+        train_head=cfg.train_head,
+        weights=weights,
+        max_length=cfg.max_length,
+        warn=writer.warn,
     )
-    student.to("cpu")
-    frozen_teacher.to("cpu")
-    loaded = teacher.derived(student, config)
+    counts, result, per_step_curve = done.counts, done.train, done.per_step_curve
+    loaded = teacher.derived(done.student, done.config)
     save_model(loaded, writer.dir)
-    counts = parameter_counts(frozen_teacher, student)
     summary = model_summary(loaded)
     summary.update(
         {
             "parameters_teacher": counts["teacher"],
             "parameters_transition": counts["transition"],
             "parameters_ratio_to_teacher": round(counts["student"] / counts["teacher"], 4),
-            "replace_last": student.spec.replace_last,
+            "replace_last": done.student.spec.replace_last,
             "depth": cfg.depth,
             "samples": cfg.samples,
             "loss": cfg.loss,
@@ -249,14 +167,8 @@ def _distill(
             "distill_loss_curve": [round(sum(s) / len(s), 6) for s in per_step_curve],
         }
     )
-    if val_metrics:
-        summary["val_acc_curve"] = [round(m["acc"], 6) for m in val_metrics]
-        summary["val_acc"] = round(val_metrics[-1]["acc"], 6)
-        summary["val_ece"] = round(val_metrics[-1]["ece"], 6)
-    if counts["student"] >= counts["teacher"]:
-        writer.warn(
-            f"the student has {counts['student']:,} parameters, the teacher "
-            f"{counts['teacher']:,}: for a model this small one DiT block is not smaller "
-            "(it pays off for deeper teachers)"
-        )
+    if done.val_metrics:
+        summary["val_acc_curve"] = [round(m["acc"], 6) for m in done.val_metrics]
+        summary["val_acc"] = round(done.val_metrics[-1]["acc"], 6)
+        summary["val_ece"] = round(done.val_metrics[-1]["ece"], 6)
     return summary
