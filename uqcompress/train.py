@@ -241,3 +241,103 @@ def train(
     unwrapped.eval()
     result.seconds = time.perf_counter() - start
     return result
+
+
+@dataclass
+class FineTuned:
+    """A classifier (or what `transform` made of it) after `fine_tune`, on the CPU."""
+
+    loaded: Any  # LoadedModel
+    result: TrainResult
+    # What changed before training (classifier_initialised, labels_from_data, truncated):
+    # the first entries of the run's summary.
+    notes: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+def fine_tune(
+    loaded: Any,
+    train_data: Any,
+    val_data: Any,
+    cfg: TrainConfig,
+    *,
+    max_length: int | None,
+    head_untrained: bool,
+    source: str,
+    transform: Callable[[Any], Any] | None = None,
+    description: str = "finetune",
+) -> FineTuned:
+    """Fine-tune a loaded classifier on labelled data with `train`.
+
+    A head that was never trained (`head_untrained`) is replaced by a fresh one sized by the
+    data's classes; placeholder labels (LABEL_i) adopt the data's names. `transform` turns
+    the label-checked model into the one to train (the SVE step builds its ensemble there).
+    `source` names the model in warnings. Validation reports accuracy after every epoch.
+    """
+    from uqcompress.data.encoding import encode, make_loader
+    from uqcompress.data.labels import map_labels
+    from uqcompress.inference import predict_logits
+    from uqcompress.models.loading import has_default_labels
+    from uqcompress.uq.metrics import accuracy, softmax
+
+    notes: dict[str, Any] = {}
+    warnings: list[str] = []
+    if head_untrained:
+        # An untrained head's size and label names came from the checkpoint's config, not
+        # from any task: the training data decides both.
+        from uqcompress.models.surgery import replace_classifier
+
+        count = _class_count(train_data)
+        replace_classifier(loaded, [f"LABEL_{i}" for i in range(count)], cfg.seed)
+        notes["classifier_initialised"] = True
+        warnings.append(
+            f"{source} had no trained classifier; a new head for {count} classes "
+            f"(from {train_data.spec}) was trained from scratch"
+        )
+    mapping = map_labels(train_data, loaded.labels, has_default_labels(loaded.labels))
+    if mapping.adopted_labels is not None:
+        _adopt_labels(loaded, mapping.adopted_labels)
+        notes["labels_from_data"] = True
+        warnings.append(
+            f"the model had placeholder labels; adopted {len(loaded.labels)} label names "
+            f"from {train_data.spec}: {', '.join(loaded.labels)}"
+        )
+    if transform is not None:
+        loaded = transform(loaded)
+    encoded = encode(train_data, loaded, mapping.ids, max_length)
+    if encoded.truncated:
+        notes["truncated"] = encoded.truncated
+        warnings.append(f"{encoded.truncated} training texts were truncated to the max length")
+    loader = make_loader(encoded, cfg.batch_size, shuffle=True, seed=cfg.seed)
+
+    validate: Any = None
+    if val_data is not None:
+        val_ids = map_labels(val_data, loaded.labels, placeholder=False).ids
+        val_encoded = encode(val_data, loaded, val_ids, max_length)
+
+        def validate(model: Any) -> dict[str, float]:
+            logits = predict_logits(model, val_encoded, device=cfg.device).member_logits
+            return {"acc": accuracy(softmax(logits).mean(axis=1), val_ids)}
+
+    result = train(
+        loaded.model,
+        loader,
+        cfg,
+        validate=validate,
+        description=f"{description} {loaded.family.name}",
+    )
+    loaded.model.to("cpu")
+    return FineTuned(loaded=loaded, result=result, notes=notes, warnings=warnings)
+
+
+def _adopt_labels(loaded: Any, labels: list[str]) -> None:
+    loaded.labels = list(labels)
+    loaded.model.config.id2label = dict(enumerate(labels))
+    loaded.model.config.label2id = {name: i for i, name in enumerate(labels)}
+
+
+def _class_count(data: Any) -> int:
+    """How many classes the training data names (its class names, else distinct labels)."""
+    if data.label_names is not None:
+        return len(data.label_names)
+    return len({str(v) for v in data.labels or []})

@@ -109,3 +109,72 @@ def load_training_data(
     if validation is not None:
         entries.append(validation.manifest_entry("val"))
     return TrainingData(train=train, val=validation, entries=entries)
+
+
+def train_into(
+    source: Any,
+    train_cfg: Any,
+    train_data: Any,
+    val_data: Any,
+    directory: Path,
+    *,
+    max_length: int | None,
+    transform: Callable[[Any], Any] | None = None,
+    description: str = "finetune",
+) -> tuple[dict[str, Any], list[str]]:
+    """Load the model of `source`, fine-tune it (`train.fine_tune`, `transform` included) and
+    save it into `directory`; returns the summary and the warnings for its manifest."""
+    from uqcompress.data.encoding import check_input_kind
+    from uqcompress.models.loading import calibration_dropped, load_model, save_model
+    from uqcompress.steps.init import model_summary
+    from uqcompress.train import fine_tune
+
+    warnings: list[str] = []
+    loaded = load_model(source)
+    if (dropped := calibration_dropped(loaded, source.path)) is not None:
+        warnings.append(dropped)
+    for each in [train_data] + ([val_data] if val_data is not None else []):
+        check_input_kind(each, loaded.input_kind, loaded.family.name)
+    tuned = fine_tune(
+        loaded,
+        train_data,
+        val_data,
+        train_cfg,
+        max_length=max_length,
+        head_untrained=_head_is_untrained(source, loaded),
+        source=str(source.path),
+        transform=transform,
+        description=description,
+    )
+    warnings += tuned.warnings
+    save_model(tuned.loaded, directory)
+    result = tuned.result
+    summary = {**tuned.notes, **model_summary(tuned.loaded)}
+    summary.update(
+        {
+            "trained": True,
+            "epochs": train_cfg.epochs,
+            "steps": result.steps,
+            "train_examples": len(train_data),
+            "train_seconds": round(result.seconds, 3),
+            "loss_curve": [round(v, 6) for v in result.loss_curve],
+        }
+    )
+    if result.val_curve:
+        summary["val_acc_curve"] = [round(m["acc"], 6) for m in result.val_curve]
+        summary["val_acc"] = round(result.val_curve[-1]["acc"], 6)
+    return summary, warnings
+
+
+def _head_is_untrained(source: Any, loaded: Any) -> bool:
+    """The checkpoint had no classifier weights, now or when it was imported."""
+    if loaded.new_head_keys:
+        return True
+    if source.is_artifact:
+        from uqcompress.artifacts import read_manifest
+
+        manifest = read_manifest(source.path)
+        # Only an import records a head that was never trained; a finetune's flag says it
+        # initialised one and then trained it.
+        return manifest.step == "import" and bool(manifest.summary.get("classifier_initialised"))
+    return False

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -89,33 +88,6 @@ def _refuse_student(source: Any) -> None:
         )
 
 
-def _adopt_labels(loaded: Any, labels: list[str]) -> None:
-    loaded.labels = list(labels)
-    loaded.model.config.id2label = dict(enumerate(labels))
-    loaded.model.config.label2id = {name: i for i, name in enumerate(labels)}
-
-
-def _head_is_untrained(source: Any, loaded: Any) -> bool:
-    """The checkpoint had no classifier weights, now or when it was imported."""
-    if loaded.new_head_keys:
-        return True
-    if source.is_artifact:
-        from uqcompress.artifacts import read_manifest
-
-        manifest = read_manifest(source.path)
-        # Only an import records a head that was never trained; a finetune's flag says it
-        # initialised one and then trained it.
-        return manifest.step == "import" and bool(manifest.summary.get("classifier_initialised"))
-    return False
-
-
-def _class_count(data: Any) -> int:
-    """How many classes the training data names (its class names, else distinct labels)."""
-    if data.label_names is not None:
-        return len(data.label_names)
-    return len({str(v) for v in data.labels or []})
-
-
 def _train_into(
     source: Any,
     cfg: FinetuneConfig,
@@ -123,96 +95,11 @@ def _train_into(
     train_data: Any,
     val_data: Any,
     directory: Path,
-    transform: Callable[[Any], Any] | None = None,
-    description: str = "finetune",
 ) -> tuple[dict[str, Any], list[str]]:
-    """Fine-tune the model of `source` and save it into `directory`; returns the summary and
-    the warnings for its manifest. `transform` turns the loaded, label-checked model into the
-    one to train (the SVE step builds its ensemble there)."""
-    summary: dict[str, Any] = {}
-    warnings: list[str] = []
-    from uqcompress.data.encoding import encode, make_loader
-    from uqcompress.data.labels import map_labels
-    from uqcompress.inference import predict_logits
-    from uqcompress.models.loading import (
-        calibration_dropped,
-        has_default_labels,
-        load_model,
-        save_model,
-    )
-    from uqcompress.steps.init import model_summary
-    from uqcompress.train import train
-    from uqcompress.uq.metrics import accuracy, softmax
+    """Fine-tune the model of `source` into `directory` (`steps.common.train_into`)."""
+    from uqcompress.steps.common import train_into
 
-    loaded = load_model(source)
-    if (dropped := calibration_dropped(loaded, source.path)) is not None:
-        warnings.append(dropped)
-    from uqcompress.data.encoding import check_input_kind
-
-    for each in [train_data] + ([val_data] if val_data is not None else []):
-        check_input_kind(each, loaded.input_kind, loaded.family.name)
-    if _head_is_untrained(source, loaded):
-        # An untrained head's size and label names came from the checkpoint's config, not
-        # from any task: the training data decides both.
-        from uqcompress.models.surgery import replace_classifier
-
-        count = _class_count(train_data)
-        replace_classifier(loaded, [f"LABEL_{i}" for i in range(count)], cfg.seed)
-        summary["classifier_initialised"] = True
-        warnings.append(
-            f"{source.path} had no trained classifier; a new head for {count} classes "
-            f"(from {train_data.spec}) was trained from scratch"
-        )
-    mapping = map_labels(train_data, loaded.labels, has_default_labels(loaded.labels))
-    if mapping.adopted_labels is not None:
-        _adopt_labels(loaded, mapping.adopted_labels)
-        summary["labels_from_data"] = True
-        warnings.append(
-            f"the model had placeholder labels; adopted {len(loaded.labels)} label names "
-            f"from {train_data.spec}: {', '.join(loaded.labels)}"
-        )
-    if transform is not None:
-        loaded = transform(loaded)
-    encoded = encode(train_data, loaded, mapping.ids, cfg.max_length)
-    if encoded.truncated:
-        summary["truncated"] = encoded.truncated
-        warnings.append(f"{encoded.truncated} training texts were truncated to the max length")
-    loader = make_loader(encoded, cfg.batch_size, shuffle=True, seed=cfg.seed)
-
-    validate: Any = None
-    if val_data is not None:
-        val_ids = map_labels(val_data, loaded.labels, placeholder=False).ids
-        val_encoded = encode(val_data, loaded, val_ids, cfg.max_length)
-
-        def validate(model: Any) -> dict[str, float]:
-            logits = predict_logits(model, val_encoded, device=cfg.device).member_logits
-            return {"acc": accuracy(softmax(logits).mean(axis=1), val_ids)}
-
-    result = train(
-        loaded.model,
-        loader,
-        train_cfg,
-        validate=validate,
-        description=f"{description} {loaded.family.name}",
-    )
-    trained: Any = loaded.model
-    trained.to("cpu")
-    save_model(loaded, directory)
-    summary.update(model_summary(loaded))
-    summary.update(
-        {
-            "trained": True,
-            "epochs": cfg.epochs,
-            "steps": result.steps,
-            "train_examples": len(train_data),
-            "train_seconds": round(result.seconds, 3),
-            "loss_curve": [round(v, 6) for v in result.loss_curve],
-        }
-    )
-    if result.val_curve:
-        summary["val_acc_curve"] = [round(m["acc"], 6) for m in result.val_curve]
-        summary["val_acc"] = round(result.val_curve[-1]["acc"], 6)
-    return summary, warnings
+    return train_into(source, train_cfg, train_data, val_data, directory, max_length=cfg.max_length)
 
 
 def _is_members(path: Path) -> bool:

@@ -98,7 +98,7 @@ def run(
 
     def build(writer: ArtifactWriter) -> None:
         from uqcompress.methods.sve import build_sve, parameter_report
-        from uqcompress.steps.finetune import FinetuneConfig, _train_into
+        from uqcompress.steps.common import train_into
 
         built: dict[str, Any] = {}
 
@@ -110,28 +110,13 @@ def run(
             built["sve"] = sve.model
             return sve
 
-        finetune_cfg = FinetuneConfig(
-            data=cfg.data,
-            val=cfg.val,
-            epochs=cfg.epochs,
-            lr=cfg.lr,
-            weight_decay=cfg.weight_decay,
-            batch_size=cfg.batch_size,
-            seed=cfg.seed,
-            max_length=cfg.max_length,
-            text_column=cfg.text_column,
-            label_column=cfg.label_column,
-            precision=cfg.precision,
-            device=cfg.device,
-            threads=cfg.threads,
-        )
-        summary, warnings = _train_into(
+        summary, warnings = train_into(
             source,
-            finetune_cfg,
             train_cfg,
             train_data,
             val_data,
             writer.dir,
+            max_length=cfg.max_length,
             transform=to_sve,
             description="svd-ensemble",
         )
