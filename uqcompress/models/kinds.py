@@ -46,7 +46,8 @@ class ModelKind:
     transformers loads by itself). `described` completes "PATH is ...", `noun` completes
     "cannot load the ...", `remake` is the command that writes one (None: plain). `ensemble`: M
     predictions per input from one module; a step that works on one classifier refuses it
-    and suggests `refusal` (its `{step}` filled in).
+    and suggests `refusal` (its `{step}` filled in). `summarise` gives the numbers its
+    artifact's summary adds.
     """
 
     name: str
@@ -57,6 +58,9 @@ class ModelKind:
     skeleton: Callable[[Any, Family], nn.Module] | None = None
     ensemble: bool = False
     refusal: str | None = None
+    # What a model artifact's summary says about a loaded model of this kind, beyond family,
+    # sizes and labels (members, method, the layout's numbers).
+    summarise: Callable[[Any], dict[str, Any]] | None = None
 
     def marks(self, config: Any) -> bool:
         """Whether `config` (a transformers config, or config.json as a dict) is this kind's."""
@@ -105,6 +109,36 @@ def _director_skeleton(config: Any, family: Family) -> nn.Module:
     return director_skeleton(config, family)
 
 
+def _hydra_summary(loaded: Any) -> dict[str, Any]:
+    spec = loaded.model.spec
+    return {
+        "members": loaded.members,
+        "method": "hydra",
+        "kept_heads": spec.kept_heads,
+        "head_slots_per_layer": [spec.slots(layer) for layer in range(spec.layers)],
+        "padding_ratio": round(spec.padding_ratio(), 4),
+    }
+
+
+def _sve_summary(loaded: Any) -> dict[str, Any]:
+    spec, inner = loaded.model.spec, loaded.model.inner
+    full = [
+        min(inner.get_submodule(n).in_features, inner.get_submodule(n).out_features)
+        for n in spec.targets
+    ]
+    return {
+        "members": loaded.members,
+        "method": "sve",
+        "sve_targets": len(spec.targets),
+        "sve_rank": "full" if spec.ranks == full else spec.ranks[0],
+        "sigma_init": spec.sigma_init,
+    }
+
+
+def _director_summary(loaded: Any) -> dict[str, Any]:
+    return {"members": loaded.members, "method": "director", "samples": loaded.members}
+
+
 PLAIN = ModelKind(
     name="plain",
     key=None,
@@ -129,6 +163,7 @@ HYDRA = ModelKind(
     skeleton=_hydra_skeleton,
     ensemble=True,
     refusal="{step} the base model before pruning members and fusing them",
+    summarise=_hydra_summary,
 )
 SVE = ModelKind(
     name="sve",
@@ -139,6 +174,7 @@ SVE = ModelKind(
     skeleton=_sve_skeleton,
     ensemble=True,
     refusal="{step} the base model the ensemble was built from",
+    summarise=_sve_summary,
 )
 DIRECTOR = ModelKind(
     name="director",
@@ -149,11 +185,18 @@ DIRECTOR = ModelKind(
     skeleton=_director_skeleton,
     ensemble=True,
     refusal="{step} the teacher it was distilled from",
+    summarise=_director_summary,
 )
 
 # In the order they are recognised: ensembles first (one may be made from a pruned model,
 # and then records the kept heads too), plain last (it marks nothing).
 KINDS: tuple[ModelKind, ...] = (HYDRA, SVE, DIRECTOR, PRUNED, PLAIN)
+
+
+def kind_summary(loaded: Any) -> dict[str, Any]:
+    """What a model artifact's summary says about the kind of `loaded` (a LoadedModel)."""
+    kind = kind_of(loaded.config)
+    return kind.summarise(loaded) if kind.summarise is not None else {}
 
 
 def kind_of(config: Any) -> ModelKind:

@@ -84,6 +84,8 @@ def run(cfg: InitConfig, out: Path | None = None, force: bool = False) -> StepRe
 
 def model_summary(loaded: Any) -> dict[str, Any]:
     """The at-a-glance numbers of a model artifact."""
+    from uqcompress.models.kinds import kind_summary
+
     config = loaded.config
     return {
         "family": loaded.family.name,
@@ -92,36 +94,5 @@ def model_summary(loaded: Any) -> dict[str, Any]:
         "heads": int(config.num_attention_heads),
         "hidden": int(config.hidden_size),
         "labels": list(loaded.labels),
-        **_ensemble_summary(loaded),
+        **kind_summary(loaded),  # members, method and layout numbers of an ensemble
     }
-
-
-def _ensemble_summary(loaded: Any) -> dict[str, Any]:
-    if getattr(loaded.config, "uqc_director", None) is not None:
-        return {"members": loaded.members, "method": "director", "samples": loaded.members}
-    spec: Any = getattr(loaded.model, "spec", None)
-    if getattr(loaded.config, "uqc_sve", None) is not None:
-        return {
-            "members": loaded.members,
-            "method": "sve",
-            "sve_targets": len(spec.targets),
-            "sve_rank": "full" if spec.ranks == _full_ranks(loaded) else spec.ranks[0],
-            "sigma_init": spec.sigma_init,
-        }
-    if getattr(loaded.config, "uqc_hydra", None) is None:
-        return {}
-    return {
-        "members": loaded.members,
-        "method": "hydra",
-        "kept_heads": spec.kept_heads,
-        "head_slots_per_layer": [spec.slots(layer) for layer in range(spec.layers)],
-        "padding_ratio": round(spec.padding_ratio(), 4),
-    }
-
-
-def _full_ranks(loaded: Any) -> list[int]:
-    inner = loaded.model.inner
-    return [
-        min(inner.get_submodule(n).in_features, inner.get_submodule(n).out_features)
-        for n in loaded.model.spec.targets
-    ]
