@@ -134,13 +134,6 @@ def source_kind(source: ModelSource) -> ModelKind:
     return kind_of(raw_config(source.path))
 
 
-def ensemble_kind(source: ModelSource) -> str | None:
-    """The config key of the ensemble-in-one-module kind (Hydra, SVE, DIRECTOR) the model
-    at `source` is, if it is one."""
-    kind = source_kind(source)
-    return kind.key if kind.ensemble else None
-
-
 def refuse_fused(source: ModelSource, step: str) -> None:
     """Steps that read or rebuild one classifier (score, svd-ensemble, distill-director)
     cannot take an ensemble model."""

@@ -138,6 +138,7 @@ def _write_onnx(
         write_metadata,
     )
     from uqcompress.export.runtime import Predictor
+    from uqcompress.models.sve_model import is_sve_config
 
     temperature = loaded.calibration.temperature if loaded.calibration is not None else 1.0
     # the reference of the parity gate (a calibrated model's temperature included)
@@ -145,7 +146,6 @@ def _write_onnx(
     exported = graph
     if cfg.materialize:
         from uqcompress.methods.sve import materialize
-        from uqcompress.models.sve_model import is_sve_config
 
         if not is_sve_config(loaded.config):
             raise ConfigError(
@@ -154,7 +154,7 @@ def _write_onnx(
             )
         exported = graph_for(materialize(loaded.model), loaded.input_kind, temperature)
         writer.summary["sve_form"] = "materialized"
-    elif getattr(loaded.config, "uqc_sve", None) is not None:
+    elif is_sve_config(loaded.config):
         writer.summary["sve_form"] = "factorised"
     onnx_path = writer.dir / contract.ONNX_FILE
     stderr.print(f"[dim]exporting {loaded.family.name} to ONNX (opset {cfg.opset})...[/dim]")

@@ -79,9 +79,10 @@ def run(
 def _refuse_student(source: Any) -> None:
     """A DIRECTOR student trains by distillation from its teacher, not on labels alone."""
     from uqcompress.errors import ConfigError
-    from uqcompress.models.loading import ensemble_kind
+    from uqcompress.models.kinds import DIRECTOR
+    from uqcompress.models.loading import source_kind
 
-    if ensemble_kind(source) == "uqc_director":
+    if source_kind(source) is DIRECTOR:
         raise ConfigError(
             f"{source.path} is a DIRECTOR student; finetune would train it without its teacher",
             hint="distil again with uqc distill-director TEACHER --epochs N",
