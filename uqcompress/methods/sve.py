@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from uqcompress.models.loading import LoadedModel
 
 SVE_KEY = "uqc_sve"  # config field holding the SVESpec as a dict
-TARGET_PRESETS = ("default", "attention")  # default: Q/K/V/O and both MLP projections
+TARGET_PRESETS = ("default", "attention")  # default: Q/K/V/O and the MLP projections
 
 
 @dataclass(frozen=True)
@@ -187,17 +187,16 @@ def linear_names(model: nn.Module, classifier: str) -> list[str]:
 def resolve_targets(loaded: LoadedModel, spec: str) -> list[str]:
     """Module names for `--targets`: a preset (default, attention) or comma-separated regular
     expressions searched in the module names."""
-    from uqcompress.methods.hydra import member_parts
-
-    model = loaded.model
-    candidates = linear_names(model, loaded.family.classifier_name(model))
+    model, family = loaded.model, loaded.family
+    candidates = linear_names(model, family.classifier_name(model))
     if spec in TARGET_PRESETS:
-        parts = member_parts(loaded)
         chosen: list[nn.Module] = []
-        for attention in parts.attention:
+        for block in family.blocks(model):
+            parts = family.block_parts(block, loaded.config)
+            attention, mlp = parts.attention, parts.mlp
             chosen += [attention.query, attention.key, attention.value, attention.output]
-        if spec == "default":
-            chosen += list(parts.mlp_in) + list(parts.mlp_out)
+            if spec == "default":
+                chosen += [mlp.up, mlp.down] + ([mlp.gate] if mlp.gate is not None else [])
         ids = {id(m) for m in chosen}
         names = [n for n, m in model.named_modules() if id(m) in ids and n in candidates]
     else:
