@@ -94,7 +94,7 @@ def director_families() -> tuple[str, ...]:
 def _family(family: Family | str) -> Family:
     """The family, or the refusal for one DIRECTOR does not know."""
     found = family_named(family)
-    if found is None or found.name not in director_families():
+    if found is None:
         name = family if isinstance(family, str) else family.name
         raise ConfigError(
             f"DIRECTOR does not support the {name} family",
@@ -274,10 +274,11 @@ class DirectorModel(nn.Module):
         # The head: copies of the last block's MLP sublayer (as `last_<name>`), then of the
         # family's head modules under their own names (the checkpoint's keys).
         tail = anatomy.mlp_sublayer(layers[-1])
-        for name, module in tail.items():
-            setattr(self, f"last_{name}", copy.deepcopy(module))
         head = anatomy.head_modules(teacher)
-        for name, module in head.items():
+        copies = {f"last_{name}": module for name, module in tail.items()} | head
+        for name, module in copies.items():
+            if hasattr(self, name):  # e.g. a head module called "head" would hide the method
+                raise ValueError(f"the {anatomy.name} head's {name!r} clashes with DirectorModel")
             setattr(self, name, copy.deepcopy(module))
         self._tail_names, self._head_names = list(tail), list(head)  # names only, no modules
 
