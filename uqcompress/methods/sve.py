@@ -30,8 +30,7 @@ if TYPE_CHECKING:
     from uqcompress.models.loading import LoadedModel
 
 SVE_KEY = "uqc_sve"  # config field holding the SVESpec as a dict
-TARGET_PRESETS = ("default", "attention")  # default: Q/K/V/O and both MLP projections
-CLASSIFIER = "classifier"  # the head's module name in every supported family
+TARGET_PRESETS = ("default", "attention")  # default: Q/K/V/O and the MLP projections
 
 
 @dataclass(frozen=True)
@@ -175,29 +174,29 @@ def is_sve_config(config: Any) -> bool:
     return getattr(config, SVE_KEY, None) is not None
 
 
-def linear_names(model: nn.Module) -> list[str]:
-    """Every non-empty linear layer except the classifier: what `--targets` can name."""
+def linear_names(model: nn.Module, classifier: str) -> list[str]:
+    """Every non-empty linear layer except the classifier (the module named `classifier`):
+    what `--targets` can name."""
     return [
         name
         for name, module in model.named_modules()
-        if isinstance(module, nn.Linear) and name != CLASSIFIER and module.weight.numel() > 0
+        if isinstance(module, nn.Linear) and name != classifier and module.weight.numel() > 0
     ]
 
 
 def resolve_targets(loaded: LoadedModel, spec: str) -> list[str]:
     """Module names for `--targets`: a preset (default, attention) or comma-separated regular
     expressions searched in the module names."""
-    from uqcompress.methods.hydra import member_parts
-
-    model = loaded.model
-    candidates = linear_names(model)
+    model, family = loaded.model, loaded.family
+    candidates = linear_names(model, family.classifier_name(model))
     if spec in TARGET_PRESETS:
-        parts = member_parts(loaded)
         chosen: list[nn.Module] = []
-        for attention in parts.attention:
+        for block in family.blocks(model):
+            parts = family.block_parts(block, loaded.config)
+            attention, mlp = parts.attention, parts.mlp
             chosen += [attention.query, attention.key, attention.value, attention.output]
-        if spec == "default":
-            chosen += list(parts.mlp_in) + list(parts.mlp_out)
+            if spec == "default":
+                chosen += [mlp.up, mlp.down] + ([mlp.gate] if mlp.gate is not None else [])
         ids = {id(m) for m in chosen}
         names = [n for n, m in model.named_modules() if id(m) in ids and n in candidates]
     else:
@@ -252,16 +251,16 @@ def build_sve(
     ranks = target_ranks(inner, names, rank)
     spec = SVESpec(members, names, ranks, sigma_init, seed)
     generator = torch.Generator().manual_seed(seed)
-    _install(inner, spec, generator)
+    _install(inner, spec, generator, loaded.family.classifier_name(inner))
     setattr(inner.config, SVE_KEY, spec.to_dict())
     model = SVEModel(inner, spec)
     model.eval()
     return loaded.derived(model, inner.config)
 
 
-def _install(inner: Any, spec: SVESpec, generator: torch.Generator | None) -> None:
-    """Swap targets and head (through surgery); with a generator, from the current weights,
-    else as empty shapes for loading."""
+def _install(inner: Any, spec: SVESpec, generator: torch.Generator | None, classifier: str) -> None:
+    """Swap targets and the head (the module named `classifier`) through surgery; with a
+    generator, from the current weights, else as empty shapes for loading."""
     from uqcompress.models.surgery import replace_module
 
     for name, rank in zip(spec.targets, spec.ranks, strict=True):
@@ -271,13 +270,13 @@ def _install(inner: Any, spec: SVESpec, generator: torch.Generator | None) -> No
         else:
             layer = SVDLinear.from_linear(linear, spec.members, rank, spec.sigma_init, generator)
         replace_module(inner, name, layer)
-    head: nn.Linear = inner.get_submodule(CLASSIFIER)
+    head: nn.Linear = inner.get_submodule(classifier)
     heads = GroupedLinear(spec.members, head.in_features, head.out_features)
     with torch.no_grad():
         heads.weight.copy_(head.weight.t().expand(spec.members, -1, -1))
         if head.bias is not None:
             heads.bias.copy_(head.bias.expand(spec.members, 1, -1))
-    replace_module(inner, CLASSIFIER, heads.to(head.weight.device, head.weight.dtype))
+    replace_module(inner, classifier, heads.to(head.weight.device, head.weight.dtype))
 
 
 def sve_skeleton(config: Any, family: Family) -> SVEModel:
@@ -292,7 +291,7 @@ def sve_skeleton(config: Any, family: Family) -> SVEModel:
     if kept is not None:  # SVE of a head-pruned model
         base = LoadedModel(model=inner, family=family, config=config, labels=labels_of(config))
         shape_to_kept_heads(base, [list(map(int, layer)) for layer in kept])
-    _install(inner, spec, None)
+    _install(inner, spec, None, family.classifier_name(inner))
     return SVEModel(inner, spec)
 
 
