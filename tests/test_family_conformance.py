@@ -41,7 +41,7 @@ class Family:
     labels: tuple[str, ...]
     # `uqc init` arguments besides --labels and --out (a tiny preset: seconds per step)
     init: tuple[str, ...]
-    # `uqc finetune` arguments that train the base enough for its predictions to mean something
+    # `uqc finetune` arguments for the base: trained, so parity compares non-uniform outputs
     finetune: tuple[str, ...]
     # (training data, held-out data) as `--data` values; may ask for session fixtures
     data: Callable[[pytest.FixtureRequest], tuple[str, str]]
