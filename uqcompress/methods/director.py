@@ -1,12 +1,13 @@
 """DIRECTOR (ALGORITHMS.md section 4): the teacher's block stack as a reverse diffusion
 process, distilled into one small time-conditioned transition block that samples.
 
-Re-partitioning: state x_l is the residual stream right after layer l's attention residual
-add (ViT: the input of `layernorm_after`; BERT, post-LN: the attention sublayer's output, the
-input of `intermediate`); x_0 is the input of the first replaced layer (the embedding output,
-or the output of the last kept layer with `replace_last`). Transition 1 is attention of the
-first replaced layer; transition l > 1 is the MLP of layer l-1, then attention of layer l.
-The head is the last layer's MLP, the final norm (ViT) or pooler (BERT), and the classifier.
+Re-partitioning: state x_l is the residual stream right after layer l's attention sublayer
+(`Family.mlp_entry`'s input: ViT's `layernorm_after`; BERT, post-LN: the attention sublayer's
+output, the input of `intermediate`); x_0 is the input of the first replaced layer (the
+embedding output, or the output of the last kept layer with `replace_last`). Transition 1 is
+attention of the first replaced layer; transition l > 1 is the MLP of layer l-1, then
+attention of layer l. The head is the last layer's MLP sublayer (`Family.mlp_sublayer`) and
+the family's head (`Family.head_modules`: final norm or pooler, and the classifier).
 
 The student keeps the teacher's embeddings, kept prefix layers and head, and replaces the K
 transitions by one shared DiT block stack (adaLN-Zero conditioned on a timestep embedding of
@@ -27,7 +28,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from uqcompress.errors import ConfigError
-from uqcompress.models.families.base import config_head_dim
+from uqcompress.models.families import FAMILIES, Family, family_named
+from uqcompress.models.families.base import additive_mask, config_head_dim
 from uqcompress.models.outputs import MemberOutput
 
 if TYPE_CHECKING:
@@ -36,7 +38,6 @@ if TYPE_CHECKING:
     from uqcompress.models.loading import LoadedModel
 
 DIRECTOR_KEY = "uqc_director"  # config field holding the DirectorSpec as a dict
-SUPPORTED_FAMILIES = ("bert", "vit")
 STD_FLOOR = 1e-4  # ALGORITHMS.md 4.3 (1): softplus + floor keeps the std strictly positive
 LOSSES = ("kl", "nll", "mse")
 # The inputs an example's noise is keyed on (uq/noise.py): what the exported graph takes.
@@ -84,25 +85,22 @@ def is_director_config(config: Any) -> bool:
 # --- the teacher, re-partitioned -----------------------------------------------------------
 
 
-def _layers(model: Any, family: str) -> Any:
-    return model.bert.encoder.layer if family == "bert" else model.vit.layers
+def director_families() -> tuple[str, ...]:
+    """Families DIRECTOR can re-partition: every registered one (it needs only the anatomy:
+    embeddings, blocks, the MLP sublayer's entry, and the head)."""
+    return tuple(FAMILIES)
 
 
-def _embeddings(model: Any, family: str) -> nn.Module:
-    return model.bert.embeddings if family == "bert" else model.vit.embeddings
-
-
-def _state_module(layer: Any, family: str) -> nn.Module:
-    """The module whose INPUT is the stream right after the layer's attention add."""
-    return layer.intermediate if family == "bert" else layer.layernorm_after
-
-
-def additive_mask(attention_mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
-    """Shape: `[B, T]` 1/0 mask -> additive `[B, 1, 1, T]` (0 where attended)."""
-    if attention_mask is None:
-        return None
-    keep = attention_mask[:, None, None, :].to(dtype)
-    return (1.0 - keep) * torch.finfo(dtype).min
+def _family(family: Family | str) -> Family:
+    """The family, or the refusal for one DIRECTOR does not know."""
+    found = family_named(family)
+    if found is None:
+        name = family if isinstance(family, str) else family.name
+        raise ConfigError(
+            f"DIRECTOR does not support the {name} family",
+            hint=f"supported: {', '.join(director_families())}",
+        )
+    return found
 
 
 @dataclass(frozen=True)
@@ -116,10 +114,11 @@ class TeacherStates:
 
 @torch.no_grad()
 def record_teacher_states(
-    teacher: nn.Module, family: str, replace_last: int, inputs: dict[str, Any]
+    teacher: nn.Module, family: Family | str, replace_last: int, inputs: dict[str, Any]
 ) -> TeacherStates:
     """Run the frozen teacher once, recording x_0 .. x_K (teacher forcing needs all of them)."""
-    layers = _layers(teacher, family)
+    anatomy = _family(family)
+    layers = anatomy.blocks(teacher)
     first = len(layers) - replace_last
     captured: list[torch.Tensor] = []
     handles = []
@@ -131,11 +130,11 @@ def record_teacher_states(
         captured.append((output[0] if isinstance(output, tuple) else output).detach())
 
     if first == 0:
-        handles.append(_embeddings(teacher, family).register_forward_hook(keep_output))
+        handles.append(anatomy.embeddings(teacher).register_forward_hook(keep_output))
     else:
         handles.append(layers[first - 1].register_forward_hook(keep_output))
-    for layer in list(layers)[first:]:
-        handles.append(_state_module(layer, family).register_forward_pre_hook(keep_input))
+    for layer in layers[first:]:
+        handles.append(anatomy.mlp_entry(layer).register_forward_pre_hook(keep_input))
     try:
         logits = teacher(**inputs).logits
     finally:
@@ -258,36 +257,30 @@ class DirectorModel(nn.Module):
     Shape: inputs `[B, ...]` -> member_logits `[B, S, C]`.
     """
 
-    def __init__(self, teacher: nn.Module, family: str, spec: DirectorSpec) -> None:
+    def __init__(self, teacher: nn.Module, family: Family | str, spec: DirectorSpec) -> None:
         super().__init__()
-        if family not in SUPPORTED_FAMILIES:
-            raise ConfigError(
-                f"DIRECTOR does not support the {family} family",
-                hint=f"supported: {', '.join(SUPPORTED_FAMILIES)}",
-            )
+        anatomy = _family(family)
         config: Any = getattr(teacher, "config", None)
-        root: Any = teacher  # transformers modules are untyped attribute trees
         self.config = config
-        self.family, self.spec = family, spec
-        layers = _layers(teacher, family)
+        self.family, self.spec = anatomy, spec
+        layers = anatomy.blocks(teacher)
         first = len(layers) - spec.replace_last
-        self.embeddings = copy.deepcopy(_embeddings(teacher, family))
-        self.prefix = nn.ModuleList(copy.deepcopy(layer) for layer in list(layers)[:first])
-        last = layers[len(layers) - 1]
+        self.embeddings = copy.deepcopy(anatomy.embeddings(teacher))
+        self.prefix = nn.ModuleList(copy.deepcopy(layer) for layer in layers[:first])
         hidden = int(config.hidden_size)
         self.transition = Transition(
             hidden, int(config.num_attention_heads), config_head_dim(config), spec.depth
         )
-        if family == "bert":
-            self.last_intermediate = copy.deepcopy(last.intermediate)
-            self.last_output = copy.deepcopy(last.output)
-            self.pooler = copy.deepcopy(root.bert.pooler)
-            self.head_dropout = copy.deepcopy(root.dropout)
-        else:
-            self.last_norm = copy.deepcopy(last.layernorm_after)
-            self.last_mlp = copy.deepcopy(last.mlp)
-            self.final_norm = copy.deepcopy(root.vit.layernorm)
-        self.classifier = copy.deepcopy(root.classifier)
+        # The head: copies of the last block's MLP sublayer (as `last_<name>`), then of the
+        # family's head modules under their own names (the checkpoint's keys).
+        tail = anatomy.mlp_sublayer(layers[-1])
+        head = anatomy.head_modules(teacher)
+        copies = {f"last_{name}": module for name, module in tail.items()} | head
+        for name, module in copies.items():
+            if hasattr(self, name):  # e.g. a head module called "head" would hide the method
+                raise ValueError(f"the {anatomy.name} head's {name!r} clashes with DirectorModel")
+            setattr(self, name, copy.deepcopy(module))
+        self._tail_names, self._head_names = list(tail), list(head)  # names only, no modules
 
     def frozen_parts(self) -> list[nn.Module]:
         """The modules that never train: embeddings, kept prefix, and the head unless
@@ -314,10 +307,7 @@ class DirectorModel(nn.Module):
 
     def image_tokens(self) -> int | None:
         """Tokens of an image model (patches + CLS); None for text (it varies)."""
-        if self.family != "vit":
-            return None
-        per_side = int(self.config.image_size) // int(self.config.patch_size)
-        return per_side * per_side + 1
+        return self.family.fixed_tokens(self.config)
 
     def noise_shape(self, batch: int, tokens: int) -> tuple[int, int, int, int, int]:
         """Shape of the `noise` input: `[B, S, K, T, d]`."""
@@ -326,32 +316,21 @@ class DirectorModel(nn.Module):
 
     def start_state(self, inputs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x_0 and the additive attention mask. Shape: `[B, T, d]`, `[B, 1, 1, T]` or None."""
-        if self.family == "bert":
-            ids = inputs["input_ids"]
-            types = inputs.get("token_type_ids")
-            x = self.embeddings(
-                input_ids=ids, token_type_ids=types if types is not None else torch.zeros_like(ids)
-            )
-            mask = additive_mask(inputs.get("attention_mask"), x.dtype)
-        else:
-            pixels = inputs["pixel_values"]
-            embeddings: Any = self.embeddings
-            x = embeddings(pixels.to(embeddings.patch_embeddings.projection.weight.dtype))
-            mask = None
+        x, mask = self.family.embed(self.embeddings, inputs)
         for layer in self.prefix:
-            out = layer(x, attention_mask=mask)
-            x = out[0] if isinstance(out, tuple) else out
+            x = self.family.run_block(layer, x, mask)
         return x, mask
 
-    def head(self, x: torch.Tensor) -> torch.Tensor:
-        """The teacher's last MLP, final norm / pooler and classifier. Shape: `[B, T, d]` ->
-        `[B, C]`."""
-        parts: Any = self  # the head modules differ per family
-        if self.family == "bert":
-            out = parts.last_output(parts.last_intermediate(x), x)
-            return parts.classifier(parts.head_dropout(parts.pooler(out)))
-        h = x + parts.last_mlp(parts.last_norm(x))
-        return parts.classifier(parts.final_norm(h[:, 0]))
+    def head(self, x: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """The teacher's last MLP sublayer, then its head (final norm or pooler, classifier).
+
+        Shape: x `[B, T, d]`, attention_mask `[B, T]` 1/0 (read only by families whose head
+        pools the last attended token) -> `[B, C]`.
+        """
+        tail = {name: getattr(self, f"last_{name}") for name in self._tail_names}
+        head = {name: getattr(self, name) for name in self._head_names}
+        h = self.family.run_mlp_sublayer(tail, x)
+        return self.family.run_head(head, h, attention_mask)
 
     def rollout(
         self,
@@ -395,7 +374,10 @@ class DirectorModel(nn.Module):
         # Samples folded into the batch, sample-major: [S*B, T, d].
         x = x0.repeat(samples, 1, 1)
         folded_mask = mask.repeat(samples, 1, 1, 1) if mask is not None else None
-        logits = self.head(self.rollout(x, folded_mask, draws))  # [S*B, C]
+        keep = inputs.get("attention_mask")  # [B, T] 1/0: only a last-token head reads it
+        last_token = self.family.layout.pooled_token == "last"
+        folded_keep = keep.repeat(samples, 1) if keep is not None and last_token else None
+        logits = self.head(self.rollout(x, folded_mask, draws), folded_keep)  # [S*B, C]
         return MemberOutput(member_logits=logits.reshape(samples, batch, -1).transpose(0, 1))
 
     def _example_draws(
@@ -517,7 +499,8 @@ def sampled_ce(
     x0, mask = model.start_state(inputs)
     generator = torch.Generator(device=x0.device).manual_seed(generator_seed)
     noise = torch.randn(model.steps, *x0.shape, generator=generator, device=x0.device).to(x0.dtype)
-    return F.cross_entropy(model.head(model.rollout(x0, mask, noise)), labels)
+    logits = model.head(model.rollout(x0, mask, noise), inputs.get("attention_mask"))
+    return F.cross_entropy(logits, labels)
 
 
 @contextmanager
@@ -554,7 +537,7 @@ def director_skeleton(config: Any, family: Any) -> DirectorModel:
                 model=teacher, family=family, config=config, labels=labels_of(config)
             )
             shape_to_kept_heads(base, [list(map(int, layer)) for layer in kept])
-        student = DirectorModel(teacher, family.name, spec)
+        student = DirectorModel(teacher, family, spec)
     student_trainable(student, spec.train_head)
     student.config = config
     return student
@@ -594,6 +577,6 @@ def build_student(
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        student = DirectorModel(loaded.model, loaded.family.name, spec)
+        student = DirectorModel(loaded.model, loaded.family, spec)
     student_trainable(student, train_head)
     return student.eval()  # inference mode (seeded noise) until a training loop says otherwise

@@ -18,11 +18,13 @@ import torch
 from torch import nn
 
 from uqcompress.errors import IncompatibleInputError
+from uqcompress.models.families import AttentionParts
 from uqcompress.models.hydra_model import (
     HYDRA_KEY,
-    SUPPORTED_FAMILIES,
     HydraModel,
     HydraSpec,
+    hydra_families,
+    hydra_supports,
 )
 
 if TYPE_CHECKING:
@@ -47,46 +49,33 @@ _SHAPE_KEYS = (
 
 @dataclass(frozen=True)
 class MemberParts:
-    """The modules of one member that fusion reads, in family-independent terms."""
+    """The modules of one member that fusion reads, from its family's anatomy."""
 
     embeddings: nn.Module
-    attention: list[Any]  # AttentionParts per layer
-    norm_attention: list[nn.LayerNorm]  # ViT: layernorm_before; BERT: after the attention add
-    norm_mlp: list[nn.LayerNorm]
+    attention: list[AttentionParts]  # per layer
+    norm_attention: list[nn.Module]  # pre-LN: before the attention; post-LN: after its add
+    norm_mlp: list[nn.Module]
     mlp_in: list[nn.Linear]
     mlp_out: list[nn.Linear]
-    final_norm: nn.LayerNorm | None  # ViT only
-    pooler: nn.Linear | None  # BERT only
+    final_norm: nn.Module | None  # families with a norm after the last block
+    pooler: nn.Linear | None  # families with a dense pooler
     classifier: nn.Linear
 
 
 def member_parts(loaded: LoadedModel) -> MemberParts:
-    model: Any = loaded.model  # transformers modules are untyped attribute trees
-    attention = loaded.family.attention_layers(model)
-    if loaded.family.name == "bert":
-        layers = model.bert.encoder.layer
-        return MemberParts(
-            embeddings=model.bert.embeddings,
-            attention=attention,
-            norm_attention=[layer.attention.output.LayerNorm for layer in layers],
-            norm_mlp=[layer.output.LayerNorm for layer in layers],
-            mlp_in=[layer.intermediate.dense for layer in layers],
-            mlp_out=[layer.output.dense for layer in layers],
-            final_norm=None,
-            pooler=model.bert.pooler.dense,
-            classifier=model.classifier,
-        )
-    layers = model.vit.layers
+    family, model = loaded.family, loaded.model
+    blocks = [family.block_parts(block, loaded.config) for block in family.blocks(model)]
+    head = family.head_parts(model)
     return MemberParts(
-        embeddings=model.vit.embeddings,
-        attention=attention,
-        norm_attention=[layer.layernorm_before for layer in layers],
-        norm_mlp=[layer.layernorm_after for layer in layers],
-        mlp_in=[layer.mlp.fc1 for layer in layers],
-        mlp_out=[layer.mlp.fc2 for layer in layers],
-        final_norm=model.vit.layernorm,
-        pooler=None,
-        classifier=model.classifier,
+        embeddings=family.embeddings(model),
+        attention=[block.attention for block in blocks],
+        norm_attention=[block.norm_attention for block in blocks],
+        norm_mlp=[block.norm_mlp for block in blocks],
+        mlp_in=[block.mlp.up for block in blocks],
+        mlp_out=[block.mlp.down for block in blocks],
+        final_norm=head.final_norm,
+        pooler=head.pooler,
+        classifier=head.classifier,
     )
 
 
@@ -107,10 +96,10 @@ def check_fusable(members: list[LoadedModel], names: list[str]) -> None:
                 "single pruned models",
                 hint="make members with uqc prune SCORES --members 3",
             )
-    if first.family.name not in SUPPORTED_FAMILIES:
+    if not hydra_supports(first.family):
         raise IncompatibleInputError(
             f"Hydra does not support the {first.family.name} family",
-            hint=f"supported: {', '.join(SUPPORTED_FAMILIES)}",
+            hint=f"supported: {', '.join(hydra_families())}",
         )
     for member, name in zip(members[1:], names[1:], strict=True):
         if member.family.name != first.family.name:
@@ -150,7 +139,7 @@ def fuse(members: list[LoadedModel]) -> LoadedModel:
         delattr(config, KEPT_HEADS_KEY)
     setattr(config, HYDRA_KEY, spec.to_dict())
     with torch.random.fork_rng(devices=[]):
-        hydra = HydraModel(config, first.family.name)
+        hydra = HydraModel(config, first.family)
     reference = parts[0].classifier.weight
     hydra.to(reference.device, reference.dtype)
     with torch.no_grad():
@@ -231,7 +220,7 @@ def _mean(tensors: list[torch.Tensor]) -> torch.Tensor:
     return torch.stack(tensors).mean(dim=0)
 
 
-def _stack_norm(target: Any, norms: list[nn.LayerNorm]) -> None:
+def _stack_norm(target: Any, norms: list[Any]) -> None:
     """Shape: M LayerNorms of `[d]` -> target weight/bias `[M, d]`."""
     target.weight.copy_(torch.stack([n.weight for n in norms]))
     target.bias.copy_(torch.stack([n.bias for n in norms]))
@@ -255,7 +244,7 @@ def _stack_heads(target: Any, linears: list[nn.Linear]) -> None:
             target.bias[m, 0, : linear.bias.shape[0]] = linear.bias
 
 
-def _stack_qkv(target: Any, attention: list[Any]) -> None:
+def _stack_qkv(target: Any, attention: list[AttentionParts]) -> None:
     """Shape: per member Q, K, V weights `[k_m d_h, d]` -> target `[M, d, 3 * slots d_h]`,
     laid out [Q | K | V] with each block zero-padded from k_m d_h to slots d_h columns."""
     width = target.weight.shape[-1] // 3

@@ -28,7 +28,6 @@ from uqcompress.errors import ConfigError
 from uqcompress.models.grouped import GroupedLinear
 from uqcompress.models.kinds import SVE_KEY
 from uqcompress.models.sve_model import (
-    CLASSIFIER,
     SVDLinear,
     SVEModel,
     SVESpec,
@@ -38,32 +37,32 @@ from uqcompress.models.sve_model import (
 if TYPE_CHECKING:
     from uqcompress.models.loading import LoadedModel
 
-TARGET_PRESETS = ("default", "attention")  # default: Q/K/V/O and both MLP projections
+TARGET_PRESETS = ("default", "attention")  # default: Q/K/V/O and the MLP projections
 
 
-def linear_names(model: nn.Module) -> list[str]:
-    """Every non-empty linear layer except the classifier: what `--targets` can name."""
+def linear_names(model: nn.Module, classifier: str) -> list[str]:
+    """Every non-empty linear layer except the classifier (the module named `classifier`):
+    what `--targets` can name."""
     return [
         name
         for name, module in model.named_modules()
-        if isinstance(module, nn.Linear) and name != CLASSIFIER and module.weight.numel() > 0
+        if isinstance(module, nn.Linear) and name != classifier and module.weight.numel() > 0
     ]
 
 
 def resolve_targets(loaded: LoadedModel, spec: str) -> list[str]:
     """Module names for `--targets`: a preset (default, attention) or comma-separated regular
     expressions searched in the module names."""
-    from uqcompress.methods.hydra import member_parts
-
-    model = loaded.model
-    candidates = linear_names(model)
+    model, family = loaded.model, loaded.family
+    candidates = linear_names(model, family.classifier_name(model))
     if spec in TARGET_PRESETS:
-        parts = member_parts(loaded)
         chosen: list[nn.Module] = []
-        for attention in parts.attention:
+        for block in family.blocks(model):
+            parts = family.block_parts(block, loaded.config)
+            attention, mlp = parts.attention, parts.mlp
             chosen += [attention.query, attention.key, attention.value, attention.output]
-        if spec == "default":
-            chosen += list(parts.mlp_in) + list(parts.mlp_out)
+            if spec == "default":
+                chosen += [mlp.up, mlp.down] + ([mlp.gate] if mlp.gate is not None else [])
         ids = {id(m) for m in chosen}
         names = [n for n, m in model.named_modules() if id(m) in ids and n in candidates]
     else:
@@ -118,7 +117,7 @@ def build_sve(
     ranks = target_ranks(inner, names, rank)
     spec = SVESpec(members, names, ranks, sigma_init, seed)
     generator = torch.Generator().manual_seed(seed)
-    install_layers(inner, spec, generator)
+    install_layers(inner, spec, generator, loaded.family.classifier_name(inner))
     setattr(inner.config, SVE_KEY, spec.to_dict())
     model = SVEModel(inner, spec)
     model.eval()

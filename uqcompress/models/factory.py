@@ -24,10 +24,6 @@ POSITIVE_KEYS = (
     "max_position_embeddings",
 )
 
-# Keys the family's transformers model reads although its config class does not declare them
-# (ViT's attention takes `head_dim` through getattr). BERT ignores `head_dim`, so there it
-# would be a silent no-op and stays unknown.
-READ_BY_MODEL: dict[str, tuple[str, ...]] = {"vit": ("head_dim",)}
 # Declared config keys that other flags own: --set would fight them.
 OWNED_BY_FLAGS = {
     "id2label": "--labels",
@@ -43,7 +39,7 @@ def known_config_keys(family: Family, preset: str) -> list[str]:
     preset's config as saved, plus attribute aliases) and what its model reads on top."""
     config = family.build_config(preset, {}, ["a", "b"])
     keys = set(config.to_dict()) | set(getattr(config, "attribute_map", {}))
-    keys |= set(READ_BY_MODEL.get(family.name, ()))
+    keys |= set(family.extra_config_keys)  # read by the model, not declared by its config
     keys -= set(NOT_SETTABLE) | set(OWNED_BY_FLAGS)
     return sorted(k for k in keys if not k.startswith("_"))
 

@@ -24,11 +24,7 @@ if TYPE_CHECKING:
 
 def heads_per_layer(loaded: LoadedModel) -> list[int]:
     """Current head count of each layer (uneven after pruning)."""
-    d_head = head_dim(loaded)
-    return [
-        parts.output.in_features // d_head if parts.output is not None else 0
-        for parts in loaded.family.attention_layers(loaded.model)
-    ]
+    return [parts.heads for parts in loaded.family.attention_layers(loaded.model)]
 
 
 def head_dim(loaded: LoadedModel) -> int:

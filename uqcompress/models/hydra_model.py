@@ -1,4 +1,4 @@
-"""The fused Hydra network: M pruned members of one BERT or ViT in a single forward pass.
+"""The fused Hydra network: M pruned members of one classifier in a single forward pass.
 
 Layout (ALGORITHMS.md section 6, option (a)): the members travel folded into the batch,
 member-major, as `[M*B, T, d]`. Embeddings run once and are repeated M times. Per layer:
@@ -10,7 +10,10 @@ member-major, as `[M*B, T, d]`. Embeddings run once and are repeated M times. Pe
   has zero Q/K/V columns and zero output-projection rows, so it adds exactly 0 (and receives
   zero gradient, so fine-tuning keeps it zero);
 - LayerNorms are per member (`[M, d]`), the MLP is one shared (averaged) `nn.Linear` pair;
-- every member has its own classifier (and, for BERT, its own pooler).
+- every member has its own classifier (and its own pooler where the family has one).
+
+What it builds follows the family's anatomy (`Family.layout`: norm order, final norm, pooler;
+`Family.embed` for the inputs), so it knows no family by name.
 
 The configuration lives in the transformers config under `uqc_hydra`, so a Hydra model is
 saved and loaded like any other model artifact (see `models/loading.py`).
@@ -26,12 +29,25 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.activations import ACT2FN
 
+from uqcompress.models.families import FAMILIES, Family, family_named
 from uqcompress.models.families.base import config_head_dim
 from uqcompress.models.grouped import GroupedLinear
 from uqcompress.models.outputs import MemberOutput
 
 HYDRA_KEY = "uqc_hydra"  # config field holding the HydraSpec as a dict
-SUPPORTED_FAMILIES = ("bert", "vit")
+
+
+def hydra_supports(family: Family) -> bool:
+    """Whether the fused layers below can express `family`: LayerNorm blocks (pre- or
+    post-LN) with a plain MLP, and a head that reads the first token, optionally through a
+    dense pooler."""
+    layout = family.layout
+    return layout.norm == "layernorm" and not layout.gated_mlp and layout.pooled_token == "first"
+
+
+def hydra_families() -> tuple[str, ...]:
+    """Names of the registered families Hydra can fuse (for refusal hints)."""
+    return tuple(name for name, family in FAMILIES.items() if hydra_supports(family))
 
 
 @dataclass(frozen=True)
@@ -127,7 +143,7 @@ class FusedAttention(nn.Module):
 
 
 class HydraLayer(nn.Module):
-    """One fused transformer block; `pre_norm` picks ViT's (pre-LN) or BERT's (post-LN) order.
+    """One fused transformer block; `pre_norm` picks the pre-LN (ViT) or post-LN (BERT) order.
 
     Shape: x `[M*B, T, d]` -> `[M*B, T, d]`.
     """
@@ -152,72 +168,54 @@ class HydraLayer(nn.Module):
         return self.dropout(self.mlp_out(self.activation(self.mlp_in(x))))
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        if self.pre_norm:  # ViT
+        if self.pre_norm:
             x = x + self.dropout(self.attention(self.norm_attention(x), mask))
             return x + self.mlp(self.norm_mlp(x))
-        x = self.norm_attention(x + self.dropout(self.attention(x, mask)))  # BERT
+        x = self.norm_attention(x + self.dropout(self.attention(x, mask)))  # post-LN
         return self.norm_mlp(x + self.mlp(x))
 
 
 class HydraModel(nn.Module):
     """The fused ensemble. Call it like the family's classifier; it returns `MemberOutput`.
 
-    Shape: BERT inputs `[B, T]` or ViT pixel_values `[B, C, H, W]` -> member_logits `[B, M, C]`.
+    Shape: the family's inputs `[B, ...]` (input_ids `[B, T]`, pixel_values `[B, C, H, W]`)
+    -> member_logits `[B, M, C]`.
     """
 
-    def __init__(self, config: Any, family: str) -> None:
+    def __init__(self, config: Any, family: Family | str) -> None:
         super().__init__()
-        if family not in SUPPORTED_FAMILIES:
-            raise ValueError(f"Hydra supports {SUPPORTED_FAMILIES}, not {family!r}")
+        found = family_named(family)
+        if found is None or not hydra_supports(found):
+            name = family if isinstance(family, str) else family.name
+            raise ValueError(f"Hydra supports {hydra_families()}, not {name!r}")
+        layout = found.layout
         self.config = config
-        self.family = family
+        self.family = found
         self.spec = HydraSpec.from_config(config)
         members, hidden = self.spec.members, int(config.hidden_size)
         eps = float(config.layer_norm_eps)
-        self.embeddings = _embeddings(config, family)
+        self.embeddings = found.build_embeddings(config)
         self.layers = nn.ModuleList(
-            HydraLayer(config, members, self.spec.slots(layer), pre_norm=family == "vit")
+            HydraLayer(config, members, self.spec.slots(layer), pre_norm=layout.norm_order == "pre")
             for layer in range(self.spec.layers)
         )
-        self.final_norm = MemberLayerNorm(members, hidden, eps) if family == "vit" else None
-        self.pooler = GroupedLinear(members, hidden, hidden) if family == "bert" else None
-        dropout = getattr(config, "classifier_dropout", None)
-        self.classifier_dropout = nn.Dropout(
-            float(dropout if dropout is not None else config.hidden_dropout_prob)
-            if family == "bert"
-            else 0.0
-        )
+        self.final_norm = MemberLayerNorm(members, hidden, eps) if layout.final_norm else None
+        pooled = layout.pooler_activation is not None
+        self.pooler = GroupedLinear(members, hidden, hidden) if pooled else None
+        self.classifier_dropout = nn.Dropout(found.classifier_dropout(config))
         self.classifier = GroupedLinear(members, hidden, int(config.num_labels))
+        activation = layout.pooler_activation  # a module without weights (e.g. tanh)
+        self.pooler_activation = ACT2FN[activation] if activation is not None else None
 
     @property
     def members(self) -> int:
         return self.spec.members
 
-    def forward(
-        self,
-        input_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.Tensor | None = None,
-        pixel_values: torch.Tensor | None = None,
-        **_: Any,
-    ) -> MemberOutput:
+    def forward(self, **inputs: Any) -> MemberOutput:
         m = self.members
-        mask: torch.Tensor | None = None
-        if self.family == "bert":
-            assert input_ids is not None
-            if token_type_ids is None:
-                token_type_ids = torch.zeros_like(input_ids)
-            embedded = self.embeddings(input_ids=input_ids, token_type_ids=token_type_ids)
-            if attention_mask is not None:
-                # Additive mask, the same for every member: 0 where attended, dtype-min where not.
-                keep = attention_mask[:, None, None, :].to(embedded.dtype)
-                mask = (1.0 - keep) * torch.finfo(embedded.dtype).min
-                mask = mask.repeat(m, 1, 1, 1)  # [M*B, 1, 1, T]
-        else:
-            assert pixel_values is not None
-            embeddings: Any = self.embeddings
-            expected = embeddings.patch_embeddings.projection.weight.dtype
-            embedded = embeddings(pixel_values.to(expected))
+        embedded, mask = self.family.embed(self.embeddings, inputs)
+        if mask is not None:
+            mask = mask.repeat(m, 1, 1, 1)  # [M*B, 1, 1, T]: the same for every member
         x = embedded.repeat(m, 1, 1)  # [M*B, T, d], member-major
         for layer in self.layers:
             x = layer(x, mask)
@@ -225,17 +223,9 @@ class HydraModel(nn.Module):
         if self.final_norm is not None:
             first = self.final_norm(first)
         if self.pooler is not None:
-            first = torch.tanh(self.pooler(first))
+            first = self.pooler(first)
+            if self.pooler_activation is not None:
+                first = self.pooler_activation(first)
         logits = self.classifier(self.classifier_dropout(first))  # [M*B, C]
         batch = logits.shape[0] // m
         return MemberOutput(member_logits=logits.reshape(m, batch, -1).transpose(0, 1))
-
-
-def _embeddings(config: Any, family: str) -> nn.Module:
-    if family == "bert":
-        from transformers.models.bert.modeling_bert import BertEmbeddings
-
-        return BertEmbeddings(config)
-    from transformers.models.vit.modeling_vit import ViTEmbeddings
-
-    return ViTEmbeddings(config)

@@ -257,9 +257,8 @@ def load_model(source: ModelSource) -> LoadedModel:
     )
     # A checkpoint without a classifier (an encoder such as a sentence-embedding model) gets
     # a randomly initialised head from transformers; say so instead of hiding it.
-    loaded.new_head_keys = sorted(
-        k for k in info.get("missing_keys", []) if k.startswith("classifier")
-    )
+    head = family.classifier_name(model)
+    loaded.new_head_keys = sorted(k for k in info.get("missing_keys", []) if k.startswith(head))
     return _finish(loaded, path)
 
 

@@ -8,6 +8,7 @@ SVE's SVD layers and member heads go in. Hydra fusion builds a new model
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from uqcompress.models.loading import LoadedModel
@@ -23,14 +24,15 @@ def replace_classifier(loaded: LoadedModel, labels: list[str], seed: int = 0) ->
     from torch import nn
 
     model: Any = loaded.model
-    old: nn.Linear = model.classifier
+    old = loaded.family.head_parts(model).classifier
+    where = loaded.family.classifier_name(model)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         head = nn.Linear(old.in_features, len(labels), bias=old.bias is not None)
         nn.init.normal_(head.weight, std=float(getattr(loaded.config, "initializer_range", 0.02)))
         if head.bias is not None:
             nn.init.zeros_(head.bias)
-    model.classifier = head.to(old.weight.device, old.weight.dtype)
+    replace_module(model, where, head.to(old.weight.device, old.weight.dtype))
     model.num_labels = len(labels)
     model.config.num_labels = len(labels)
     model.config.id2label = dict(enumerate(labels))
@@ -82,7 +84,8 @@ def prune_heads(loaded: LoadedModel, keep: list[list[int]]) -> None:
             if parts.output.bias is not None:
                 out.bias.copy_(parts.output.bias)
         out = out.to(parts.output.weight.device, parts.output.weight.dtype)
-        new_parts = type(parts)(
+        new_parts = replace(
+            parts,
             query=_rows(parts.query, index),
             key=_rows(parts.key, index),
             value=_rows(parts.value, index),

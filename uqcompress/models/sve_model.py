@@ -26,8 +26,6 @@ from uqcompress.models.outputs import MemberOutput
 if TYPE_CHECKING:
     from uqcompress.models.families import Family
 
-CLASSIFIER = "classifier"  # the head's module name in every supported family
-
 
 @dataclass(frozen=True)
 class SVESpec:
@@ -170,10 +168,12 @@ def is_sve_config(config: Any) -> bool:
     return getattr(config, SVE_KEY, None) is not None
 
 
-def install_layers(inner: Any, spec: SVESpec, generator: torch.Generator | None) -> None:
-    """Swap the spec's targets for SVD layers and the head for M heads (through surgery):
-    with a generator, decomposed from the current weights (`SVDLinear.from_linear`), else as
-    empty shapes for loading."""
+def install_layers(
+    inner: Any, spec: SVESpec, generator: torch.Generator | None, classifier: str
+) -> None:
+    """Swap the spec's targets for SVD layers and the head (the module named `classifier`)
+    for M heads, through surgery: with a generator, decomposed from the current weights
+    (`SVDLinear.from_linear`), else as empty shapes for loading."""
     from uqcompress.models.surgery import replace_module
 
     for name, rank in zip(spec.targets, spec.ranks, strict=True):
@@ -183,13 +183,13 @@ def install_layers(inner: Any, spec: SVESpec, generator: torch.Generator | None)
         else:
             layer = SVDLinear.from_linear(linear, spec.members, rank, spec.sigma_init, generator)
         replace_module(inner, name, layer)
-    head: nn.Linear = inner.get_submodule(CLASSIFIER)
+    head: nn.Linear = inner.get_submodule(classifier)
     heads = GroupedLinear(spec.members, head.in_features, head.out_features)
     with torch.no_grad():
         heads.weight.copy_(head.weight.t().expand(spec.members, -1, -1))
         if head.bias is not None:
             heads.bias.copy_(head.bias.expand(spec.members, 1, -1))
-    replace_module(inner, CLASSIFIER, heads.to(head.weight.device, head.weight.dtype))
+    replace_module(inner, classifier, heads.to(head.weight.device, head.weight.dtype))
 
 
 def sve_skeleton(config: Any, family: Family) -> SVEModel:
@@ -198,5 +198,5 @@ def sve_skeleton(config: Any, family: Family) -> SVEModel:
 
     spec = SVESpec.from_config(config)
     inner: Any = classifier_skeleton(config, family)  # an SVE of a pruned model: its heads
-    install_layers(inner, spec, None)
+    install_layers(inner, spec, None, family.classifier_name(inner))
     return SVEModel(inner, spec)

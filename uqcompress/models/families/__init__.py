@@ -5,7 +5,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from uqcompress.errors import ConfigError
-from uqcompress.models.families.base import AttentionParts, Family
+from uqcompress.models.families.base import (
+    AttentionParts,
+    BlockParts,
+    Family,
+    HeadParts,
+    Layout,
+    MlpParts,
+)
 from uqcompress.models.families.bert import BertFamily
 from uqcompress.models.families.vit import ViTFamily
 
@@ -36,4 +43,22 @@ def family_for_config(config: PretrainedConfig, where: str) -> Family:
     )
 
 
-__all__ = ["FAMILIES", "AttentionParts", "Family", "family_by_name", "family_for_config"]
+def family_named(family: Family | str) -> Family | None:
+    """`family` itself, or the registered family of that name (None if there is none)."""
+    if isinstance(family, Family):
+        return family
+    return FAMILIES.get(family)
+
+
+__all__ = [
+    "FAMILIES",
+    "AttentionParts",
+    "BlockParts",
+    "Family",
+    "HeadParts",
+    "Layout",
+    "MlpParts",
+    "family_by_name",
+    "family_for_config",
+    "family_named",
+]

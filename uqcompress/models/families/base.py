@@ -1,16 +1,37 @@
-"""What a model family must say about itself: presets, config, classes, where modules live."""
+"""What a model family must say about itself: presets, config, classes, and its anatomy.
+
+The anatomy is everything a method needs to read, copy or run part of a network without
+knowing which architecture it is: the embeddings, the list of blocks, each block's attention
+(Q/K/V/O, heads, key/value heads, head_dim), MLP (gated or not) and norms, the norm order
+(pre-LN or post-LN), the head after the last block (final norm, pooler, classifier), and how
+hidden states flow between them:
+
+    hidden, mask = family.embed(family.embeddings(model), inputs)
+    for block in family.blocks(model):
+        hidden = family.run_block(block, hidden, mask)
+    logits = family.head(model, hidden, inputs.get("attention_mask"))
+
+reproduces `model(**inputs).logits` exactly (tests/models/test_anatomy.py). Head gates,
+pruning surgery, Hydra fusion, SVE targets and DIRECTOR's re-partition read only this, so a
+new family is one file here (and its entry in the family conformance test).
+"""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 if TYPE_CHECKING:
+    import torch
     from torch import nn
     from transformers import PretrainedConfig, PreTrainedModel
 
 InputKind = Literal["text", "image"]
+NormOrder = Literal["pre", "post"]
+NormKind = Literal["layernorm", "rmsnorm"]
+PooledToken = Literal["first", "last"]
 
 
 def config_head_dim(config: Any) -> int:
@@ -26,24 +47,117 @@ def config_head_dim(config: Any) -> int:
     return int(config.hidden_size) // int(config.num_attention_heads)
 
 
+def additive_mask(attention_mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    """Shape: `[B, T]` 1/0 mask -> additive `[B, 1, 1, T]` (0 where attended, dtype-min where
+    not), or None without a mask: what bidirectional families' blocks take."""
+    if attention_mask is None:
+        return None
+    import torch
+
+    keep = attention_mask[:, None, None, :].to(dtype)
+    return (1.0 - keep) * torch.finfo(dtype).min
+
+
 @dataclass(frozen=True)
 class AttentionParts:
     """The projections of one attention layer: what head gates, scoring, pruning and Hydra
-    fusion read, and what `Family.set_attention_layer` installs after pruning."""
+    fusion read, and what `Family.set_attention_layer` installs after pruning.
+
+    Head h owns rows `h*d_h .. h*d_h + d_h - 1` of `query` and columns of `output`; with
+    grouped key/value heads (`kv_heads < heads`) `key`/`value` have `kv_heads * d_h` rows.
+    A layer pruned to no heads keeps 0-row projections (`heads == 0`).
+    """
 
     query: nn.Linear
     key: nn.Linear
     value: nn.Linear
     output: nn.Linear
+    head_dim: int
+
+    @property
+    def heads(self) -> int:
+        """Query heads this layer has now (fewer than the config's after pruning)."""
+        return int(self.output.in_features) // self.head_dim
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads (equal to `heads` unless the family groups them)."""
+        return int(self.key.out_features) // self.head_dim
+
+
+@dataclass(frozen=True)
+class MlpParts:
+    """The feed-forward of one block: `down(act(up(x)))`, or gated `down(act(gate(x)) * up(x))`.
+
+    Shape: up `[d] -> [I]`, gate (if any) `[d] -> [I]`, down `[I] -> [d]`.
+    """
+
+    up: nn.Linear
+    down: nn.Linear
+    activation: str  # a transformers ACT2FN name (config.hidden_act)
+    gate: nn.Linear | None = None
+
+    @property
+    def gated(self) -> bool:
+        return self.gate is not None
+
+
+@dataclass(frozen=True)
+class BlockParts:
+    """One transformer block: an attention sublayer, then an MLP sublayer, each with a norm.
+
+    Pre-LN (`Layout.norm_order == "pre"`): `x + attn(norm_attention(x))`, then
+    `x + mlp(norm_mlp(x))`. Post-LN: `norm_attention(x + attn(x))`, then
+    `norm_mlp(x + mlp(x))`.
+    """
+
+    attention: AttentionParts
+    mlp: MlpParts
+    norm_attention: nn.Module
+    norm_mlp: nn.Module
+
+
+@dataclass(frozen=True)
+class HeadParts:
+    """What runs after the last block: `classifier(dropout(act(pooler(final_norm(h)[token]))))`,
+    each optional part skipped when None (`Layout` says which token and activation)."""
+
+    final_norm: nn.Module | None  # pre-LN families' norm after the last block
+    pooler: nn.Linear | None  # a dense layer on the pooled token (BERT), with `pooler_activation`
+    classifier: nn.Linear  # the last linear: hidden (or pooler) width -> classes
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Facts that hold for every model of a family, readable before any weights exist (what
+    a method that builds its own modules, like the Hydra model, decides from)."""
+
+    norm_order: NormOrder
+    norm: NormKind
+    gated_mlp: bool
+    final_norm: bool  # a norm after the last block (`HeadParts.final_norm`)
+    pooler_activation: str | None  # ACT2FN name of the pooler's activation; None: no pooler
+    pooled_token: PooledToken = "first"  # the token the head reads: CLS, or the last one
 
 
 class Family(ABC):
-    """One transformers architecture family. Adding a family = one new file like bert.py."""
+    """One transformers architecture family. Adding a family = one new file like bert.py.
+
+    Anatomy methods take modules (not only whole models) where a method keeps copies of parts
+    (DIRECTOR keeps the embeddings, the last MLP sublayer and the head; Hydra builds its own
+    embeddings): `embed`, `run_block`, `run_mlp_sublayer` and `run_head` work on those.
+    """
 
     name: str
     model_types: tuple[str, ...]
     input_kind: InputKind
     presets: ClassVar[dict[str, dict[str, Any]]]
+    layout: ClassVar[Layout]
+    # Keys the family's transformers model reads although its config class does not declare
+    # them (`uqc init --set` accepts them).
+    extra_config_keys: ClassVar[tuple[str, ...]] = ()
+
+    # --- building --------------------------------------------------------------------------
 
     @abstractmethod
     def build_config(
@@ -61,8 +175,81 @@ class Family(ABC):
         """The transformers class of this family's classifier."""
 
     @abstractmethod
+    def build_embeddings(self, config: PretrainedConfig) -> nn.Module:
+        """A fresh embeddings module of the family's shape (weights to be loaded or copied)."""
+
+    def max_length(self, config: PretrainedConfig) -> int | None:
+        """The longest input (tokens) the model accepts; None for images."""
+        return None
+
+    def fixed_tokens(self, config: PretrainedConfig) -> int | None:
+        """Tokens every input has (an image model: patches + CLS); None where it varies."""
+        return None
+
+    def classifier_dropout(self, config: PretrainedConfig) -> float:
+        """Dropout probability on the pooled features before the classifier."""
+        return 0.0
+
+    # --- embeddings ------------------------------------------------------------------------
+
+    @abstractmethod
+    def embeddings(self, model: nn.Module) -> nn.Module:
+        """The classifier's embeddings module (its output is the first residual stream)."""
+
+    @abstractmethod
+    def embed(
+        self, embeddings: nn.Module, inputs: Mapping[str, Any]
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Run `embeddings` (the model's or a copy) on model inputs.
+
+        Shape: inputs `[B, ...]` -> hidden `[B, T, d]` and the mask every block takes
+        (additive, `[B, 1, 1, T]`; `[B, 1, T, T]` for causal families), or None.
+        """
+
+    # --- blocks ----------------------------------------------------------------------------
+
+    @abstractmethod
+    def blocks(self, model: nn.Module) -> list[nn.Module]:
+        """The transformer blocks, in order."""
+
+    @abstractmethod
+    def attention_parts(self, block: nn.Module, head_dim: int) -> AttentionParts:
+        """The attention projections of one block (`head_dim` from `config_head_dim`)."""
+
+    @abstractmethod
+    def block_parts(self, block: nn.Module, config: PretrainedConfig) -> BlockParts:
+        """Attention, MLP and norms of one block."""
+
     def attention_layers(self, model: nn.Module) -> list[AttentionParts]:
         """The attention projections of every layer, in layer order."""
+        config: Any = getattr(model, "config", None)
+        head_dim = config_head_dim(config)
+        return [self.attention_parts(block, head_dim) for block in self.blocks(model)]
+
+    def run_block(
+        self, block: nn.Module, hidden: torch.Tensor, mask: torch.Tensor | None
+    ) -> torch.Tensor:
+        """One block, as the model runs it. Shape: `[B, T, d]`, mask from `embed` -> `[B, T, d]`."""
+        out = block(hidden, attention_mask=mask)
+        return out[0] if isinstance(out, tuple) else out
+
+    @abstractmethod
+    def mlp_sublayer(self, block: nn.Module) -> dict[str, nn.Module]:
+        """The modules of the block's MLP sublayer, by name: everything after the attention
+        residual add (and, post-LN, its norm). The first one takes the residual stream as its
+        first input (`mlp_entry`). DIRECTOR keeps copies of these as `last_<name>`."""
+
+    @abstractmethod
+    def run_mlp_sublayer(
+        self, modules: Mapping[str, nn.Module], hidden: torch.Tensor
+    ) -> torch.Tensor:
+        """The MLP sublayer on the stream after the attention sublayer, from `mlp_sublayer`'s
+        modules (or copies). Shape: `[B, T, d]` -> `[B, T, d]` (the block's output)."""
+
+    def mlp_entry(self, block: nn.Module) -> nn.Module:
+        """The module whose first input is the residual stream right after the block's
+        attention sublayer (where DIRECTOR re-partitions the network)."""
+        return next(iter(self.mlp_sublayer(block).values()))
 
     @abstractmethod
     def set_attention_layer(
@@ -75,6 +262,37 @@ class Family(ABC):
         reshape that crashes transformers' attention.
         """
 
-    def max_length(self, config: PretrainedConfig) -> int | None:
-        """The longest input (tokens) the model accepts; None for images."""
-        return None
+    # --- head ------------------------------------------------------------------------------
+
+    @abstractmethod
+    def head_parts(self, model: nn.Module) -> HeadParts:
+        """Final norm, pooler and classifier linears (what Hydra stacks per member)."""
+
+    @abstractmethod
+    def head_modules(self, model: nn.Module) -> dict[str, nn.Module]:
+        """The modules after the last block, by name, in the order they run (classifier
+        last): what `run_head` takes. DIRECTOR keeps copies of these under the same names."""
+
+    @abstractmethod
+    def run_head(
+        self,
+        modules: Mapping[str, nn.Module],
+        hidden: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Logits from the last block's output, with `head_modules`' modules (or copies).
+
+        Shape: hidden `[B, T, d]`, attention_mask `[B, T]` 1/0 (read by families that pool
+        the last attended token) -> logits `[B, C]`.
+        """
+
+    def head(
+        self, model: nn.Module, hidden: torch.Tensor, attention_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """`run_head` with the model's own head. Shape: `[B, T, d]` -> `[B, C]`."""
+        return self.run_head(self.head_modules(model), hidden, attention_mask)
+
+    def classifier_name(self, model: nn.Module) -> str:
+        """The dotted module name of `head_parts(model).classifier` (for `replace_module`)."""
+        classifier = self.head_parts(model).classifier
+        return next(name for name, module in model.named_modules() if module is classifier)

@@ -2,19 +2,41 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from uqcompress.models.families.base import AttentionParts, Family
+from uqcompress.models.families.base import (
+    AttentionParts,
+    BlockParts,
+    Family,
+    HeadParts,
+    Layout,
+    MlpParts,
+    additive_mask,
+    config_head_dim,
+)
 
 if TYPE_CHECKING:
+    import torch
     from torch import nn
     from transformers import PretrainedConfig, PreTrainedModel
 
 
 class BertFamily(Family):
+    """Post-LN encoder: `bert.embeddings` -> `bert.encoder.layer[i]` (attention with its add
+    and LayerNorm in `attention.output`, MLP `intermediate` -> `output` with its add and
+    LayerNorm) -> `bert.pooler` (dense + tanh on [CLS]) -> `dropout` -> `classifier`."""
+
     name = "bert"
     model_types = ("bert",)
     input_kind = "text"
+    layout = Layout(
+        norm_order="post",
+        norm="layernorm",
+        gated_mlp=False,
+        final_norm=False,
+        pooler_activation="tanh",
+    )
     presets: ClassVar[dict[str, dict[str, Any]]] = {
         "tiny": dict(
             hidden_size=32,
@@ -65,24 +87,96 @@ class BertFamily(Family):
 
         return BertForSequenceClassification
 
-    def attention_layers(self, model: nn.Module) -> list[AttentionParts]:
+    def build_embeddings(self, config: PretrainedConfig) -> nn.Module:
+        from transformers.models.bert.modeling_bert import BertEmbeddings
+
+        return BertEmbeddings(config)
+
+    def classifier_dropout(self, config: PretrainedConfig) -> float:
+        dropout = getattr(config, "classifier_dropout", None)
+        return float(dropout if dropout is not None else config.hidden_dropout_prob)
+
+    def embeddings(self, model: nn.Module) -> nn.Module:
         root: Any = model  # transformers modules are untyped attribute trees
-        layers = root.bert.encoder.layer
-        return [
-            AttentionParts(
-                query=layer.attention.self.query,
-                key=layer.attention.self.key,
-                value=layer.attention.self.value,
-                output=layer.attention.output.dense,
-            )
-            for layer in layers
-        ]
+        return root.bert.embeddings
+
+    def embed(
+        self, embeddings: nn.Module, inputs: Mapping[str, Any]
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        import torch
+
+        ids = inputs["input_ids"]
+        types = inputs.get("token_type_ids")
+        hidden = embeddings(
+            input_ids=ids, token_type_ids=types if types is not None else torch.zeros_like(ids)
+        )
+        return hidden, additive_mask(inputs.get("attention_mask"), hidden.dtype)
+
+    def blocks(self, model: nn.Module) -> list[nn.Module]:
+        root: Any = model
+        return list(root.bert.encoder.layer)
+
+    def attention_parts(self, block: nn.Module, head_dim: int) -> AttentionParts:
+        layer: Any = block
+        return AttentionParts(
+            query=layer.attention.self.query,
+            key=layer.attention.self.key,
+            value=layer.attention.self.value,
+            output=layer.attention.output.dense,
+            head_dim=head_dim,
+        )
+
+    def block_parts(self, block: nn.Module, config: PretrainedConfig) -> BlockParts:
+        layer: Any = block
+        return BlockParts(
+            attention=self.attention_parts(block, config_head_dim(config)),
+            mlp=MlpParts(
+                up=layer.intermediate.dense,
+                down=layer.output.dense,
+                activation=str(config.hidden_act),
+            ),
+            norm_attention=layer.attention.output.LayerNorm,  # after the attention add
+            norm_mlp=layer.output.LayerNorm,  # after the MLP add
+        )
+
+    def mlp_sublayer(self, block: nn.Module) -> dict[str, nn.Module]:
+        layer: Any = block
+        return {"intermediate": layer.intermediate, "output": layer.output}
+
+    def run_mlp_sublayer(
+        self, modules: Mapping[str, nn.Module], hidden: torch.Tensor
+    ) -> torch.Tensor:
+        # BertOutput does the dense, dropout, residual add and LayerNorm.
+        out: torch.Tensor = modules["output"](modules["intermediate"](hidden), hidden)
+        return out
+
+    def head_parts(self, model: nn.Module) -> HeadParts:
+        root: Any = model
+        return HeadParts(final_norm=None, pooler=root.bert.pooler.dense, classifier=root.classifier)
+
+    def head_modules(self, model: nn.Module) -> dict[str, nn.Module]:
+        root: Any = model
+        return {
+            "pooler": root.bert.pooler,  # reads [CLS] itself
+            "head_dropout": root.dropout,
+            "classifier": root.classifier,
+        }
+
+    def run_head(
+        self,
+        modules: Mapping[str, nn.Module],
+        hidden: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        pooled = modules["pooler"](hidden)  # [B, d]: tanh(dense(hidden[:, 0]))
+        logits: torch.Tensor = modules["classifier"](modules["head_dropout"](pooled))
+        return logits
 
     def set_attention_layer(
         self, model: nn.Module, layer: int, parts: AttentionParts, heads: int
     ) -> None:
-        root: Any = model
-        attention = root.bert.encoder.layer[layer].attention
+        block: Any = self.blocks(model)[layer]
+        attention = block.attention
         if heads == 0:
             from uqcompress.models.no_heads import NoHeadsSelfAttention
 

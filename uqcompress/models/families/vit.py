@@ -2,20 +2,44 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from uqcompress.errors import ConfigError
-from uqcompress.models.families.base import AttentionParts, Family
+from uqcompress.models.families.base import (
+    AttentionParts,
+    BlockParts,
+    Family,
+    HeadParts,
+    Layout,
+    MlpParts,
+    config_head_dim,
+)
 
 if TYPE_CHECKING:
+    import torch
     from torch import nn
     from transformers import PretrainedConfig, PreTrainedModel
 
 
 class ViTFamily(Family):
+    """Pre-LN encoder: `vit.embeddings` (patches + CLS) -> `vit.layers[i]` (`layernorm_before`,
+    attention `{q,k,v,o}_proj`, add; `layernorm_after`, `mlp.fc1/fc2`, add) ->
+    `vit.layernorm` -> `classifier` on [CLS]. No pooler."""
+
     name = "vit"
     model_types = ("vit",)
     input_kind = "image"
+    layout = Layout(
+        norm_order="pre",
+        norm="layernorm",
+        gated_mlp=False,
+        final_norm=True,
+        pooler_activation=None,
+    )
+    # ViT's attention takes `head_dim` through getattr. (BERT ignores it: there it would be a
+    # silent no-op, so it stays unknown to `--set`.)
+    extra_config_keys = ("head_dim",)
     # tiny/small default to 8x8 grey images in 2x2 patches (scikit-learn's digits: 16 tokens);
     # base is ViT-B/16 on 224x224 RGB.
     presets: ClassVar[dict[str, dict[str, Any]]] = {
@@ -82,24 +106,85 @@ class ViTFamily(Family):
 
         return ViTForImageClassification
 
-    def attention_layers(self, model: nn.Module) -> list[AttentionParts]:
+    def build_embeddings(self, config: PretrainedConfig) -> nn.Module:
+        from transformers.models.vit.modeling_vit import ViTEmbeddings
+
+        return ViTEmbeddings(config)  # type: ignore[arg-type]
+
+    def fixed_tokens(self, config: PretrainedConfig) -> int | None:
+        per_side = int(config.image_size) // int(config.patch_size)
+        return per_side * per_side + 1  # patches + CLS
+
+    def embeddings(self, model: nn.Module) -> nn.Module:
         root: Any = model  # transformers modules are untyped attribute trees
-        layers = root.vit.layers
-        return [
-            AttentionParts(
-                query=layer.attention.q_proj,
-                key=layer.attention.k_proj,
-                value=layer.attention.v_proj,
-                output=layer.attention.o_proj,
-            )
-            for layer in layers
-        ]
+        return root.vit.embeddings
+
+    def embed(
+        self, embeddings: nn.Module, inputs: Mapping[str, Any]
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        module: Any = embeddings
+        # As ViTModel does: pixels in the weights' dtype (a half-precision model takes floats).
+        pixels = inputs["pixel_values"].to(module.patch_embeddings.projection.weight.dtype)
+        return module(pixels), None  # every patch attends to every patch: no mask
+
+    def blocks(self, model: nn.Module) -> list[nn.Module]:
+        root: Any = model
+        return list(root.vit.layers)
+
+    def attention_parts(self, block: nn.Module, head_dim: int) -> AttentionParts:
+        layer: Any = block
+        return AttentionParts(
+            query=layer.attention.q_proj,
+            key=layer.attention.k_proj,
+            value=layer.attention.v_proj,
+            output=layer.attention.o_proj,
+            head_dim=head_dim,
+        )
+
+    def block_parts(self, block: nn.Module, config: PretrainedConfig) -> BlockParts:
+        layer: Any = block
+        return BlockParts(
+            attention=self.attention_parts(block, config_head_dim(config)),
+            mlp=MlpParts(up=layer.mlp.fc1, down=layer.mlp.fc2, activation=str(config.hidden_act)),
+            norm_attention=layer.layernorm_before,
+            norm_mlp=layer.layernorm_after,
+        )
+
+    def mlp_sublayer(self, block: nn.Module) -> dict[str, nn.Module]:
+        layer: Any = block
+        return {"norm": layer.layernorm_after, "mlp": layer.mlp}
+
+    def run_mlp_sublayer(
+        self, modules: Mapping[str, nn.Module], hidden: torch.Tensor
+    ) -> torch.Tensor:
+        # The block's residual dropout lives on the block, not in these modules: in eval mode
+        # this is exactly the block's second half.
+        out: torch.Tensor = hidden + modules["mlp"](modules["norm"](hidden))
+        return out
+
+    def head_parts(self, model: nn.Module) -> HeadParts:
+        root: Any = model
+        return HeadParts(final_norm=root.vit.layernorm, pooler=None, classifier=root.classifier)
+
+    def head_modules(self, model: nn.Module) -> dict[str, nn.Module]:
+        root: Any = model
+        return {"final_norm": root.vit.layernorm, "classifier": root.classifier}
+
+    def run_head(
+        self,
+        modules: Mapping[str, nn.Module],
+        hidden: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        # The norm is per token, so norming [CLS] alone equals norming the whole sequence
+        # (ViTModel) and taking [CLS] after.
+        logits: torch.Tensor = modules["classifier"](modules["final_norm"](hidden[:, 0]))
+        return logits
 
     def set_attention_layer(
         self, model: nn.Module, layer: int, parts: AttentionParts, heads: int
     ) -> None:
-        root: Any = model
-        block = root.vit.layers[layer]
+        block: Any = self.blocks(model)[layer]
         if heads == 0:
             from uqcompress.models.no_heads import NoHeadsAttention
 

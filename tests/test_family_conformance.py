@@ -1,0 +1,425 @@
+"""Family conformance: every step of uqc, run through the CLI on a tiny model of each family.
+
+A family (a transformer architecture uqc can compress) conforms when a tiny model of it goes
+through the whole tool: fine-tune, score heads with every method, prune (evenly, unevenly, and
+down to an empty layer), prune members and fuse them into a Hydra model (exact vs its members),
+build a Singular Value Ensemble, distil a DIRECTOR student, calibrate, export to ONNX with parity
+and predict on the export. Every assertion reads only what a user sees: exit codes, the path on
+stdout, the JSONL of `uqc predict`, and the artifacts' files (manifest.json, parity.json,
+scores.safetensors).
+
+Adding a family = one entry in `FAMILIES`. The artifacts of one family are built once per
+module (`Chain`, lazily: a test run alone builds only what it needs) and shared by its tests.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+
+METHODS = ("random", "l2", "taylor", "hies", "circuit")
+DATA_METHODS = ("taylor", "hies", "circuit")  # score methods that run the model on data
+CALIB_SIZE = "8"
+CIRCUIT_RATIO = "0.5"
+PRUNE_PARITY_ATOL = 1e-5  # pruned vs gated: the same function up to float round-off
+FUSE_PARITY_ATOL = 1e-4  # Hydra vs its members run one by one
+EXPORT_ATOL = 1e-4  # ONNX vs PyTorch, `uqc export --atol`'s default
+
+
+@dataclass(frozen=True)
+class Family:
+    """How the conformance chain meets one family: a tiny model and data it can learn from."""
+
+    labels: tuple[str, ...]
+    # `uqc init` arguments besides --labels and --out (a tiny preset: seconds per step)
+    init: tuple[str, ...]
+    # `uqc finetune` arguments for the base: trained, so parity compares non-uniform outputs
+    finetune: tuple[str, ...]
+    # (training data, held-out data) as `--data` values; may ask for session fixtures
+    data: Callable[[pytest.FixtureRequest], tuple[str, str]]
+
+
+def _sentiment_csv(request: pytest.FixtureRequest) -> tuple[str, str]:
+    files = request.getfixturevalue("sentiment_csv")
+    return str(files["train"]), str(files["test"])
+
+
+def _digits(request: pytest.FixtureRequest) -> tuple[str, str]:
+    return "builtin:digits@val", "builtin:digits@test"
+
+
+FAMILIES: dict[str, Family] = {
+    "bert": Family(
+        labels=("neg", "pos"),
+        init=("--family", "bert", "--preset", "tiny"),
+        finetune=("--epochs", "8", "--lr", "3e-3", "--batch-size", "16"),
+        data=_sentiment_csv,
+    ),
+    "vit": Family(
+        labels=tuple(str(d) for d in range(10)),
+        init=("--family", "vit", "--preset", "tiny"),
+        finetune=("--epochs", "3", "--lr", "3e-3"),
+        data=_digits,
+    ),
+}
+
+
+# --------------------------------------------------------------------------- reading artifacts
+
+
+def manifest(path: Path) -> dict[str, Any]:
+    return dict(json.loads((path / "manifest.json").read_text()))
+
+
+def summary(path: Path) -> dict[str, Any]:
+    return dict(manifest(path)["summary"])
+
+
+def parity(path: Path) -> dict[str, Any]:
+    return dict(json.loads((path / "parity.json").read_text()))
+
+
+def assert_parity(path: Path, atol: float) -> None:
+    """The artifact's parity.json says the check passed, every contract output within atol."""
+    report = parity(path)
+    assert report["passed"] is True, report
+    diffs = report["max_abs_diff"]
+    assert set(diffs) == {"member_logits", "probs", "entropy", "mutual_info"}, diffs
+    for output, diff in diffs.items():
+        assert math.isfinite(diff) and 0.0 <= diff <= atol, (output, diff, atol)
+
+
+def head_scores(path: Path) -> np.ndarray:
+    """`[L, H]` (or `[M, L, H]`) head scores of a scores artifact; NaN where a head is absent."""
+    return load_file(str(path / "scores.safetensors"))["score"]
+
+
+# --------------------------------------------------------------------------- the chain
+
+
+class Chain:
+    """One family's artifacts, each built by one `uqc` command on first use and then shared."""
+
+    def __init__(self, name: str, family: Family, data: tuple[str, str], root: Path) -> None:
+        self.name, self.family, self.root = name, family, root
+        self.train, self.held_out = data
+        self.cli: Callable[..., Any] | None = None  # bound per test (the fixture is per test)
+        self.built: dict[str, Path] = {}  # --out name -> artifact, each built once
+
+    def uqc(self, *args: object) -> Any:
+        assert self.cli is not None
+        return self.cli(*[str(a) for a in args])
+
+    def step(self, out: str, *args: object) -> Path:
+        """`uqc ARGS --out ROOT/OUT` the first time OUT is asked for: must exit 0 and print
+        exactly the path it wrote."""
+        if out not in self.built:
+            path = self.root / out
+            result = self.uqc(*args, "--out", path)
+            assert result.code == 0, f"uqc {' '.join(map(str, args))}: {result.err}"
+            assert result.out.strip() == str(path), result.out
+            assert (path / "manifest.json").is_file()
+            self.built[out] = path
+        return self.built[out]
+
+    # ---- the base model
+
+    @property
+    def init(self) -> Path:
+        labels = ",".join(self.family.labels)
+        return self.step("init", "init", *self.family.init, "--labels", labels)
+
+    @property
+    def base(self) -> Path:
+        return self.step("base", "finetune", self.init, "--data", self.train, *self.family.finetune)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(layers, heads per layer) of the tiny base model."""
+        info = summary(self.base)
+        return int(info["layers"]), int(info["heads"])
+
+    @property
+    def half(self) -> int:
+        """Heads a layer keeps at --ratio 0.5 (prune removes round(ratio * H))."""
+        heads = self.shape[1]
+        return heads - round(0.5 * heads)
+
+    # ---- scores and pruning
+
+    def scores(self, method: str, model: str = "base") -> Path:
+        source = getattr(self, model)
+        extra: list[object] = []
+        if method in DATA_METHODS:
+            extra += ["--data", self.train, "--calib-size", CALIB_SIZE]
+        if method == "circuit":
+            extra += ["--ratio", CIRCUIT_RATIO]
+        return self.step(f"scores-{method}-{model}", "score", source, "--method", method, *extra)
+
+    def pruned(self, method: str) -> Path:
+        """Half the heads of every layer removed, ranked by `method`'s scores."""
+        return self.step(f"pruned-{method}", "prune", self.scores(method), "--ratio", "0.5")
+
+    @property
+    def uneven(self) -> Path:
+        """Global pruning keeping L * H/2 + 1 heads: no even split over L layers exists."""
+        layers, heads = self.shape
+        keep = layers * (heads // 2) + 1
+        ratio = (layers * heads - keep) / (layers * heads)
+        return self.step(
+            "uneven", "prune", self.scores("hies"), "--ratio", ratio, "--scope", "global"
+        )
+
+    @property
+    def emptied(self) -> Path:
+        """Global pruning keeping L - 1 heads with no floor: some layer is left with none."""
+        layers, heads = self.shape
+        keep = layers - 1
+        ratio = (layers * heads - keep) / (layers * heads)
+        args = ("--ratio", ratio, "--scope", "global", "--min-heads-per-layer", "0")
+        return self.step("emptied", "prune", self.scores("l2"), *args)
+
+    # ---- ensembles
+
+    @property
+    def members(self) -> Path:
+        return self.step(
+            "members", "prune", self.scores("taylor"), "--members", "2", "--select", "partition"
+        )
+
+    @property
+    def hydra(self) -> Path:
+        return self.step("hydra", "fuse", self.members)
+
+    @property
+    def uneven_hydra(self) -> Path:
+        """Members with different heads per layer, one of them with an empty layer."""
+        return self.step("uneven-hydra", "fuse", self.uneven, self.emptied, self.pruned("l2"))
+
+    @property
+    def sve(self) -> Path:
+        args = ("--data", self.train, "--members", "2", "--epochs", "1")
+        return self.step("sve", "svd-ensemble", self.base, *args)
+
+    @property
+    def director(self) -> Path:
+        args = ("--data", self.train, "--samples", "2", "--epochs", "1")
+        return self.step("director", "distill-director", self.base, *args)
+
+    @property
+    def calibrated(self) -> Path:
+        args = ("--data", self.held_out, "--abstain-coverage", "0.9")
+        return self.step("calibrated", "calibrate", self.uneven_hydra, *args)
+
+    # ---- deployment
+
+    def onnx(self, model: str) -> Path:
+        source = getattr(self, model)
+        return self.step(f"{model}-onnx", "export", source, "--data", self.held_out)
+
+    def predict(self, model: Path) -> list[dict[str, Any]]:
+        result = self.uqc("predict", model, "--data", self.held_out)
+        assert result.code == 0, result.err
+        return [json.loads(line) for line in result.out.splitlines()]
+
+
+@pytest.fixture(scope="module", params=sorted(FAMILIES))
+def family_chain(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Chain:
+    name = request.param
+    family = FAMILIES[name]
+    return Chain(name, family, family.data(request), tmp_path_factory.mktemp(f"family-{name}"))
+
+
+@pytest.fixture
+def chain(family_chain: Chain, cli: Callable[..., Any]) -> Chain:
+    family_chain.cli = cli
+    return family_chain
+
+
+# --------------------------------------------------------------------------- the steps
+
+
+def test_init_and_finetune_make_a_model_of_the_family(chain: Chain) -> None:
+    for path in (chain.init, chain.base):
+        assert manifest(path)["kind"] == "model"
+        info = summary(path)
+        assert info["family"] == chain.name
+        assert info["labels"] == list(chain.family.labels)
+    layers, heads = chain.shape
+    assert layers >= 2 and heads >= 2  # uneven and emptied layers need both
+    trained = summary(chain.base)
+    assert trained["trained"] is True
+    assert all(math.isfinite(loss) for loss in trained["loss_curve"])
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_score_rates_every_head(chain: Chain, method: str) -> None:
+    path = chain.scores(method)
+    assert manifest(path)["kind"] == "scores"
+    assert summary(path)["method"] == method
+    score = head_scores(path)
+    assert score.shape == chain.shape
+    assert np.isfinite(score).all()
+    if method == "circuit":  # a searched set of heads, kept as searched by prune
+        layers, _ = chain.shape
+        kept = summary(path)["kept_heads"]
+        assert [len(k) for k in kept] == [chain.half] * layers
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_prune_removes_half_the_heads_of_every_layer(chain: Chain, method: str) -> None:
+    path = chain.pruned(method)
+    layers, heads = chain.shape
+    assert manifest(path)["kind"] == "model"
+    info = summary(path)
+    assert info["heads_per_layer"] == [chain.half] * layers
+    assert info["heads_before"] == layers * heads and info["heads_after"] == layers * chain.half
+    assert info["parameters_after"] < info["parameters_before"]
+    assert [len(k) for k in info["kept_heads"]] == info["heads_per_layer"]
+    assert_parity(path, PRUNE_PARITY_ATOL)
+
+
+def test_prune_globally_leaves_uneven_layers(chain: Chain) -> None:
+    layers, heads = chain.shape
+    info = summary(chain.uneven)
+    counts = info["heads_per_layer"]
+    assert len(counts) == layers and sum(counts) == layers * (heads // 2) + 1
+    assert len(set(counts)) > 1 and min(counts) >= 1  # uneven, every layer keeps its floor
+    assert [len(k) for k in info["kept_heads"]] == counts
+    assert_parity(chain.uneven, PRUNE_PARITY_ATOL)
+
+
+def test_prune_can_empty_a_layer(chain: Chain) -> None:
+    layers, _ = chain.shape
+    info = summary(chain.emptied)
+    counts = info["heads_per_layer"]
+    assert len(counts) == layers and sum(counts) == layers - 1
+    assert 0 in counts
+    assert [len(k) for k in info["kept_heads"]] == counts
+    assert_parity(chain.emptied, PRUNE_PARITY_ATOL)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_a_pruned_model_is_scored_for_the_heads_it_has(chain: Chain, method: str) -> None:
+    counts = summary(chain.uneven)["heads_per_layer"]
+    score = head_scores(chain.scores(method, model="uneven"))
+    assert score.shape == (len(counts), max(counts))
+    for layer, count in enumerate(counts):  # NaN exactly where a layer has no head
+        assert np.isfinite(score[layer, :count]).all()
+        assert np.isnan(score[layer, count:]).all()
+
+
+def test_members_fuse_into_a_hydra_exact_vs_its_members(chain: Chain) -> None:
+    layers, _ = chain.shape
+    members = summary(chain.members)
+    assert manifest(chain.members)["kind"] == "members"
+    assert members["members"] == 2 and members["heads_per_member"] == layers * chain.half
+    for first, second in zip(*members["kept_heads"], strict=True):  # partition: no shared head
+        assert not set(first) & set(second)
+    assert manifest(chain.hydra)["kind"] == "model"
+    info = summary(chain.hydra)
+    assert info["method"] == "hydra" and info["members"] == 2
+    assert info["family"] == chain.name
+    assert info["exact"] is True and info["max_logit_diff_vs_members"] < FUSE_PARITY_ATOL
+    assert info["kept_heads"] == members["kept_heads"]
+    assert_parity(chain.hydra, FUSE_PARITY_ATOL)
+
+
+def test_uneven_members_with_an_empty_layer_fuse_exactly(chain: Chain) -> None:
+    info = summary(chain.uneven_hydra)
+    assert info["method"] == "hydra" and info["members"] == 3
+    assert info["exact"] is True
+    member_counts = [[len(layer) for layer in member] for member in info["kept_heads"]]
+    assert member_counts[0] == summary(chain.uneven)["heads_per_layer"]
+    assert 0 in member_counts[1]  # the emptied member
+    assert info["head_slots_per_layer"] == [max(c) for c in zip(*member_counts, strict=True)]
+    assert_parity(chain.uneven_hydra, FUSE_PARITY_ATOL)
+
+
+def test_svd_ensemble_trains_members_on_shared_factors(chain: Chain) -> None:
+    assert manifest(chain.sve)["kind"] == "model"
+    info = summary(chain.sve)
+    assert info["method"] == "sve" and info["members"] == 2
+    assert info["family"] == chain.name
+    assert info["sve_targets"] > 0  # the family's linears were found and decomposed
+    assert 0 < info["parameters_trainable"] < info["parameters_base"]
+    assert len(info["loss_curve"]) == 1 and math.isfinite(info["loss_curve"][0])
+
+
+def test_distill_director_replaces_every_block(chain: Chain) -> None:
+    layers, _ = chain.shape
+    assert manifest(chain.director)["kind"] == "model"
+    info = summary(chain.director)
+    assert info["method"] == "director" and info["members"] == 2 and info["samples"] == 2
+    assert info["family"] == chain.name
+    assert info["replace_last"] == layers
+    assert len(info["distill_loss_per_step"]) == layers
+    assert all(math.isfinite(v) for v in info["distill_loss_per_step"])
+
+
+def test_calibrate_fits_a_temperature_and_an_abstention_rule(chain: Chain) -> None:
+    info = summary(chain.calibrated)
+    assert info["method"] == "hydra" and info["members"] == 3  # still the fused ensemble
+    assert info["temperature"] > 0 and math.isfinite(info["temperature"])
+    assert info["nll_after"] <= info["nll_before"] + 1e-6  # T = 1 was a candidate
+    assert info["abstain_coverage_target"] == 0.9
+    assert 0.9 <= info["abstain_coverage"] <= 1.0  # at least the target (ties are answered)
+
+
+@pytest.mark.parametrize("model", ["calibrated", "sve", "director"])
+def test_export_matches_pytorch(chain: Chain, model: str) -> None:
+    path = chain.onnx(model)
+    assert manifest(path)["kind"] == "onnx"
+    members = summary(getattr(chain, model))["members"]
+    assert summary(path)["members"] == members
+    report = parity(path)
+    assert report["examples"] > 0 and report["argmax_agreement"] == 1.0
+    assert_parity(path, EXPORT_ATOL)
+
+
+@pytest.mark.parametrize("model", ["calibrated", "sve", "director"])
+def test_predict_on_the_export(chain: Chain, model: str) -> None:
+    labels = list(chain.family.labels)
+    records = chain.predict(chain.onnx(model))
+    assert len(records) > 0 and [r["index"] for r in records] == list(range(len(records)))
+    for record in records:
+        probs = record["probs"]
+        assert list(probs) == labels  # every class, in the model's label order
+        assert math.isclose(sum(probs.values()), 1.0, abs_tol=1e-5)
+        assert all(0.0 <= p <= 1.0 for p in probs.values())
+        assert record["label"] == max(labels, key=lambda name: probs[name])
+        assert 0.0 <= record["entropy"] <= math.log(len(labels)) + 1e-5
+        assert record["mutual_info"] >= -1e-6
+        if model == "calibrated":  # calibrated with an abstention rule
+            assert isinstance(record["abstain"], bool)
+        else:
+            assert "abstain" not in record
+    if model == "calibrated":
+        # the torch model and its export say the same thing
+        torch_records = chain.predict(chain.calibrated)
+        assert len(torch_records) == len(records)
+        for a, b in zip(records, torch_records, strict=True):
+            assert a["label"] == b["label"]
+            for label in labels:
+                assert a["probs"][label] == pytest.approx(b["probs"][label], abs=EXPORT_ATOL)
+        # every flag follows the calibrated rule (abstain when 1 - max prob > threshold), except
+        # where the score is within round-off of the threshold (ONNX and torch may differ there)
+        info = summary(chain.calibrated)
+        assert info["abstain_score"] == "msp"
+        threshold = info["abstain_threshold"]
+        for run in (records, torch_records):
+            for record in run:
+                score = 1.0 - max(record["probs"].values())
+                if abs(score - threshold) > EXPORT_ATOL:
+                    assert record["abstain"] == (score > threshold), (record, threshold)
+        # held-out data = the calibration data: torch answers the fraction calibrate reported
+        answered = sum(not r["abstain"] for r in torch_records) / len(torch_records)
+        assert answered == pytest.approx(info["abstain_coverage"], abs=1e-9)
