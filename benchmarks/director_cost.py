@@ -123,7 +123,7 @@ from prune_speed import (
 if TYPE_CHECKING:
     from torch import nn
 
-    from uqcompress.methods.director import DirectorModel
+    from uqcompress.models.director_model import DirectorModel
     from uqcompress.models.loading import LoadedModel
 
 SAMPLES_FULL = (1, 5, 10)
@@ -177,7 +177,7 @@ def student_config(teacher: LoadedModel, samples: int, args: argparse.Namespace)
     import copy
 
     from uqcompress.export.graph import graph_for
-    from uqcompress.methods.director import DIRECTOR_KEY, build_student, parameter_counts
+    from uqcompress.models.director_model import DIRECTOR_KEY, build_student, parameter_counts
 
     student = build_student(teacher, None, args.depth, samples, args.seed)
     config = copy.deepcopy(teacher.config)

@@ -187,7 +187,7 @@ class MembersSource(PredictionSource):
 def _set_samples(loaded: object, samples: int, path: Path) -> None:
     """`eval --samples`: the roll-outs of a DIRECTOR student."""
     from uqcompress.errors import ConfigError
-    from uqcompress.methods.director import DirectorModel, with_samples
+    from uqcompress.models.director_model import DirectorModel, with_samples
 
     model = getattr(loaded, "model", None)
     if not isinstance(model, DirectorModel):

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from uqcompress.errors import ConfigError
-from uqcompress.methods.director import (
+from uqcompress.models.director_model import (
     DirectorModel,
     DirectorSpec,
     additive_mask,
@@ -187,7 +187,7 @@ def test_noise_input_layout_matches_a_manual_rollout_per_example_and_sample() ->
 def test_a_saved_student_loads_with_the_same_trainable_parts(tmp_path: Any) -> None:
     import copy
 
-    from uqcompress.methods.director import DIRECTOR_KEY, student_trainable
+    from uqcompress.models.director_model import DIRECTOR_KEY, student_trainable
     from uqcompress.models.loading import load_model, resolve_model_source, save_model
 
     teacher = _teacher("vit")

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from uqcompress.methods.director import Transition
+from uqcompress.models.director_model import Transition
 from uqcompress.models.families.base import config_head_dim
 from uqcompress.models.gates import head_dim
 from uqcompress.models.hydra_model import HydraLayer
@@ -50,7 +50,7 @@ def test_directors_transition_uses_the_configs_head_dim() -> None:
 
 
 def test_the_director_student_reads_head_dim_from_the_teachers_config() -> None:
-    from uqcompress.methods.director import build_student
+    from uqcompress.models.director_model import build_student
     from uqcompress.models.factory import create_model
 
     teacher = create_model("bert", ["a", "b"], preset="tiny")

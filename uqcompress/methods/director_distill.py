@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from uqcompress.methods.director import (
+from uqcompress.models.director_model import (
     DIRECTOR_KEY,
     DirectorModel,
     LossWeights,

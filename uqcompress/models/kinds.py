@@ -104,7 +104,7 @@ def _sve_skeleton(config: Any, family: Family) -> nn.Module:
 
 
 def _director_skeleton(config: Any, family: Family) -> nn.Module:
-    from uqcompress.methods.director import director_skeleton
+    from uqcompress.models.director_model import director_skeleton
 
     return director_skeleton(config, family)
 
