@@ -128,8 +128,8 @@ if TYPE_CHECKING:
 
 SAMPLES_FULL = (1, 5, 10)
 SAMPLES_QUICK = (1, 5)
-TIMESTEP_FREQUENCIES = 256  # `methods.director.TimestepEmbedder`'s sinusoidal features
-DIT_MLP_RATIO = 4  # `methods.director.DiTBlock`'s default
+TIMESTEP_FREQUENCIES = 256  # `models.director_model.TimestepEmbedder`'s sinusoidal features
+DIT_MLP_RATIO = 4  # `models.director_model.DiTBlock`'s default
 TEACHER, STUDENT = "teacher", "student"
 
 
@@ -177,7 +177,8 @@ def student_config(teacher: LoadedModel, samples: int, args: argparse.Namespace)
     import copy
 
     from uqcompress.export.graph import graph_for
-    from uqcompress.models.director_model import DIRECTOR_KEY, build_student, parameter_counts
+    from uqcompress.methods.director import build_student, parameter_counts
+    from uqcompress.models.kinds import DIRECTOR_KEY
 
     student = build_student(teacher, None, args.depth, samples, args.seed)
     config = copy.deepcopy(teacher.config)

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from tests.conftest import ok, write_csv
-from uqcompress.models.director_model import build_student
+from uqcompress.methods.director import build_student
 from uqcompress.models.factory import create_model
 from uqcompress.uq.noise import ExampleNoise, draw_noise
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from uqcompress.errors import ConfigError
-from uqcompress.models.director_model import build_student
+from uqcompress.methods.director import build_student
 from uqcompress.models.factory import create_model
 from uqcompress.steps.director import DirectorConfig
 

@@ -8,16 +8,15 @@ import pytest
 import torch
 
 from uqcompress.errors import ConfigError
-from uqcompress.models.director_model import (
-    DirectorModel,
-    DirectorSpec,
-    additive_mask,
+from uqcompress.methods.director import (
     build_student,
     gaussian_kl,
     gaussian_nll,
     record_teacher_states,
 )
+from uqcompress.models.director_model import DirectorModel, DirectorSpec
 from uqcompress.models.factory import create_model
+from uqcompress.models.families.base import additive_mask
 from uqcompress.models.loading import LoadedModel
 
 LABELS = ["a", "b", "c"]

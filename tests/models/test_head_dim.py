@@ -50,7 +50,7 @@ def test_directors_transition_uses_the_configs_head_dim() -> None:
 
 
 def test_the_director_student_reads_head_dim_from_the_teachers_config() -> None:
-    from uqcompress.models.director_model import build_student
+    from uqcompress.methods.director import build_student
     from uqcompress.models.factory import create_model
 
     teacher = create_model("bert", ["a", "b"], preset="tiny")

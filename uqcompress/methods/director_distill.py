@@ -3,8 +3,8 @@ flag, the teacher's head it keeps) on a frozen teacher's states, with the shared
 
 The loss of a batch is L1 + lambda_ce L2: L1 the per-step distillation loss under teacher
 forcing (`methods.director.distillation_loss`), L2 the cross-entropy of one sampled roll-out
-(`methods.director.sampled_ce`). The models and losses are `methods/director.py`; this
-module is the loop around them and what it records per epoch.
+(`methods.director.sampled_ce`). The student is `models/director_model.py`, the losses
+`methods/director.py`; this module is the loop around them and what it records per epoch.
 """
 
 from __future__ import annotations
@@ -17,9 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from uqcompress.models.director_model import (
-    DIRECTOR_KEY,
-    DirectorModel,
+from uqcompress.methods.director import (
     LossWeights,
     build_student,
     distillation_loss,
@@ -27,8 +25,9 @@ from uqcompress.models.director_model import (
     parameter_counts,
     record_teacher_states,
     sampled_ce,
-    student_trainable,
 )
+from uqcompress.models.director_model import DirectorModel, student_trainable
+from uqcompress.models.kinds import DIRECTOR_KEY
 
 if TYPE_CHECKING:
     from uqcompress.data import LabeledData

@@ -1,5 +1,5 @@
-"""DIRECTOR (ALGORITHMS.md section 4): the teacher's block stack as a reverse diffusion
-process, distilled into one small time-conditioned transition block that samples.
+"""The DIRECTOR student (ALGORITHMS.md section 4): the teacher's block stack as a reverse
+diffusion process, replaced by one small time-conditioned transition block that samples.
 
 Re-partitioning: state x_l is the residual stream right after layer l's attention sublayer
 (`Family.mlp_entry`'s input: ViT's `layernorm_after`; BERT, post-LN: the attention sublayer's
@@ -13,13 +13,17 @@ The student keeps the teacher's embeddings, kept prefix layers and head, and rep
 transitions by one shared DiT block stack (adaLN-Zero conditioned on a timestep embedding of
 the step index) with a residual mean head and a positive std head. One step:
 x_l = mu_theta(x_{l-1}, t) + s_theta(x_{l-1}, t) * xi, xi ~ N(0, I).
+
+The layout (`DirectorSpec`) lives in the transformers config under `uqc_director`, so
+`director_skeleton` rebuilds a saved student's shapes before its weights load. Distilling a
+student from a teacher (teacher states, losses, the loop) is the method, in
+`methods/director.py` and `methods/director_distill.py`.
 """
 
 from __future__ import annotations
 
 import copy
 import math
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -29,17 +33,14 @@ from torch import nn
 
 from uqcompress.errors import ConfigError
 from uqcompress.models.families import FAMILIES, Family, family_named
-from uqcompress.models.families.base import additive_mask, config_head_dim
+from uqcompress.models.families.base import config_head_dim
+from uqcompress.models.kinds import DIRECTOR_KEY  # config field holding the DirectorSpec
 from uqcompress.models.outputs import MemberOutput
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable
 
-    from uqcompress.models.loading import LoadedModel
-
-DIRECTOR_KEY = "uqc_director"  # config field holding the DirectorSpec as a dict
 STD_FLOOR = 1e-4  # ALGORITHMS.md 4.3 (1): softplus + floor keeps the std strictly positive
-LOSSES = ("kl", "nll", "mse")
 # The inputs an example's noise is keyed on (uq/noise.py): what the exported graph takes.
 NOISE_KEYS = ("input_ids", "attention_mask", "token_type_ids", "pixel_values")
 # The student's children that are not its head.
@@ -82,7 +83,7 @@ def is_director_config(config: Any) -> bool:
     return getattr(config, DIRECTOR_KEY, None) is not None
 
 
-# --- the teacher, re-partitioned -----------------------------------------------------------
+# --- the families it re-partitions --------------------------------------------------------
 
 
 def director_families() -> tuple[str, ...]:
@@ -91,7 +92,7 @@ def director_families() -> tuple[str, ...]:
     return tuple(FAMILIES)
 
 
-def _family(family: Family | str) -> Family:
+def director_family(family: Family | str) -> Family:
     """The family, or the refusal for one DIRECTOR does not know."""
     found = family_named(family)
     if found is None:
@@ -101,48 +102,6 @@ def _family(family: Family | str) -> Family:
             hint=f"supported: {', '.join(director_families())}",
         )
     return found
-
-
-@dataclass(frozen=True)
-class TeacherStates:
-    """Shape: states `[K + 1, B, T, d]` (x_0 .. x_K), logits `[B, C]`, mask `[B, T]` or None."""
-
-    states: torch.Tensor
-    logits: torch.Tensor
-    mask: torch.Tensor | None
-
-
-@torch.no_grad()
-def record_teacher_states(
-    teacher: nn.Module, family: Family | str, replace_last: int, inputs: dict[str, Any]
-) -> TeacherStates:
-    """Run the frozen teacher once, recording x_0 .. x_K (teacher forcing needs all of them)."""
-    anatomy = _family(family)
-    layers = anatomy.blocks(teacher)
-    first = len(layers) - replace_last
-    captured: list[torch.Tensor] = []
-    handles = []
-
-    def keep_input(_module: nn.Module, args: tuple[Any, ...]) -> None:
-        captured.append(args[0].detach())
-
-    def keep_output(_module: nn.Module, _args: Any, output: Any) -> None:
-        captured.append((output[0] if isinstance(output, tuple) else output).detach())
-
-    if first == 0:
-        handles.append(anatomy.embeddings(teacher).register_forward_hook(keep_output))
-    else:
-        handles.append(layers[first - 1].register_forward_hook(keep_output))
-    for layer in layers[first:]:
-        handles.append(anatomy.mlp_entry(layer).register_forward_pre_hook(keep_input))
-    try:
-        logits = teacher(**inputs).logits
-    finally:
-        for handle in handles:
-            handle.remove()
-    return TeacherStates(
-        states=torch.stack(captured), logits=logits, mask=inputs.get("attention_mask")
-    )
 
 
 # --- the student's transition --------------------------------------------------------------
@@ -259,7 +218,7 @@ class DirectorModel(nn.Module):
 
     def __init__(self, teacher: nn.Module, family: Family | str, spec: DirectorSpec) -> None:
         super().__init__()
-        anatomy = _family(family)
+        anatomy = director_family(family)
         config: Any = getattr(teacher, "config", None)
         self.config = config
         self.family, self.spec = anatomy, spec
@@ -422,121 +381,13 @@ def student_trainable(model: DirectorModel, train_head: bool) -> None:
                 param.requires_grad_(True)
 
 
-# --- losses --------------------------------------------------------------------------------
-
-
-def gaussian_kl(
-    mean_p: torch.Tensor, std_p: torch.Tensor, mean_q: torch.Tensor, std_q: torch.Tensor
-) -> torch.Tensor:
-    """KL(N(mean_p, std_p^2) || N(mean_q, std_q^2)) per element (diagonal Gaussians).
-
-    Shape: any broadcastable shapes -> elementwise KL.
-    """
-    return (
-        torch.log(std_q / std_p)
-        + (std_p.pow(2) + (mean_p - mean_q).pow(2)) / (2 * std_q.pow(2))
-        - 0.5
-    )
-
-
-def gaussian_nll(target: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
-    """Negative log-density of `target` under N(mean, std^2) per element, constant dropped:
-    the KL against a point-mass teacher (a deterministic layer). Shape: elementwise."""
-    return torch.log(std) + (target - mean).pow(2) / (2 * std.pow(2))
-
-
-@dataclass(frozen=True)
-class LossWeights:
-    loss: str = "kl"  # kl (NLL for deterministic teachers) | nll | mse
-    mean: float = 1.0
-    std: float = 0.1
-    ce: float = 1.0
-
-
-def _masked_mean(values: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """Mean over valid tokens. Shape: values `[B, T, d]`, mask `[B, T]` or None -> scalar."""
-    if mask is None:
-        return values.mean()
-    weights = mask[:, :, None].to(values.dtype)
-    return (values * weights).sum() / (weights.sum() * values.shape[-1])
-
-
-def distillation_loss(
-    model: DirectorModel,
-    teacher: TeacherStates,
-    weights: LossWeights,
-    teacher_std: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """L1 averaged over the K steps (teacher forcing), and its per-step values `[K]`.
-
-    kl: closed-form KL(teacher || student) when the teacher has a std; plain BERT/ViT layers
-    are deterministic, so kl falls back to the Gaussian NLL of the teacher's state. mse: the
-    research code's lambda_mean MSE(mean) + lambda_std MSE(std, teacher std).
-    """
-    mask = teacher.mask
-    additive = additive_mask(mask, teacher.states.dtype)
-    per_step = []
-    for step in range(model.steps):
-        source, target = teacher.states[step], teacher.states[step + 1]
-        mean, std = model.transition(source, step, additive)
-        reference_std = teacher_std[step] if teacher_std is not None else torch.zeros_like(std)
-        if weights.loss == "mse":
-            value = weights.mean * _masked_mean((mean - target).pow(2), mask)
-            value = value + weights.std * _masked_mean((std - reference_std).pow(2), mask)
-        elif weights.loss == "kl" and teacher_std is not None:
-            value = weights.mean * _masked_mean(gaussian_kl(target, reference_std, mean, std), mask)
-        else:
-            value = weights.mean * _masked_mean(gaussian_nll(target, mean, std), mask)
-        per_step.append(value)
-    values = torch.stack(per_step)
-    return values.mean(), values.detach()
-
-
-def sampled_ce(
-    model: DirectorModel, inputs: dict[str, Any], labels: torch.Tensor, generator_seed: int
-) -> torch.Tensor:
-    """L2: cross-entropy of one sampled roll-out from x_0 (reparameterised)."""
-    x0, mask = model.start_state(inputs)
-    generator = torch.Generator(device=x0.device).manual_seed(generator_seed)
-    noise = torch.randn(model.steps, *x0.shape, generator=generator, device=x0.device).to(x0.dtype)
-    logits = model.head(model.rollout(x0, mask, noise), inputs.get("attention_mask"))
-    return F.cross_entropy(logits, labels)
-
-
-@contextmanager
-def no_dropout(module: nn.Module) -> Iterator[None]:
-    """Eval mode inside (the frozen teacher's states must not be noisy)."""
-    was_training = module.training
-    module.eval()
-    try:
-        yield
-    finally:
-        module.train(was_training)
-
-
-def parameter_counts(teacher: nn.Module, student: DirectorModel) -> dict[str, int]:
-    """Teacher vs student parameters (the student includes the embeddings and head it keeps)."""
-    return {
-        "teacher": sum(p.numel() for p in teacher.parameters()),
-        "student": sum(p.numel() for p in student.parameters()),
-        "transition": sum(p.numel() for p in student.transition.parameters()),
-    }
-
-
-def director_skeleton(config: Any, family: Any) -> DirectorModel:
+def director_skeleton(config: Any, family: Family) -> DirectorModel:
     """A student with the shapes its config records (weights to be loaded)."""
-    from uqcompress.models.loading import LoadedModel, labels_of
-    from uqcompress.models.surgery import KEPT_HEADS_KEY, shape_to_kept_heads
+    from uqcompress.models.surgery import classifier_skeleton
 
     spec = DirectorSpec.from_config(config)
     with torch.random.fork_rng(devices=[]):
-        teacher: Any = family.classifier_class()(config)
-        kept = getattr(config, KEPT_HEADS_KEY, None)
-        if kept is not None:  # the teacher was head-pruned
-            base = LoadedModel(
-                model=teacher, family=family, config=config, labels=labels_of(config)
-            )
-            shape_to_kept_heads(base, [list(map(int, layer)) for layer in kept])
+        teacher = classifier_skeleton(config, family)  # a head-pruned teacher: its heads
         student = DirectorModel(teacher, family, spec)
     student_trainable(student, spec.train_head)
     student.config = config
@@ -550,33 +401,3 @@ def with_samples(model: DirectorModel, samples: int) -> None:
     if samples < 1:
         raise ConfigError(f"--samples {samples} must be at least 1", hint="pass --samples 10")
     model.spec = replace(model.spec, samples=samples)
-
-
-def build_student(
-    loaded: LoadedModel,
-    replace_last: int | None,
-    depth: int,
-    samples: int,
-    seed: int,
-    train_head: bool = True,
-) -> DirectorModel:
-    """A student for `loaded` (the teacher is copied, never changed)."""
-    layers = int(loaded.config.num_hidden_layers)
-    k = layers if replace_last is None else replace_last
-    if not 1 <= k <= layers:
-        raise ConfigError(
-            f"--replace-last {k} is outside 1..{layers} (the teacher's depth)",
-            hint=f"pass --replace-last {layers} (every layer) or fewer",
-        )
-    if depth < 1:
-        raise ConfigError(f"--depth {depth} must be at least 1", hint="pass --depth 1")
-    if samples < 1:
-        raise ConfigError(f"--samples {samples} must be at least 1", hint="pass --samples 10")
-    spec = DirectorSpec(
-        replace_last=k, depth=depth, samples=samples, seed=seed, train_head=train_head
-    )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        student = DirectorModel(loaded.model, loaded.family, spec)
-    student_trainable(student, train_head)
-    return student.eval()  # inference mode (seeded noise) until a training loop says otherwise

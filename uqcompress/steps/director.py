@@ -38,7 +38,7 @@ class DirectorConfig:
     threads: int = 1
 
     def validate(self) -> None:
-        from uqcompress.models.director_model import LOSSES
+        from uqcompress.methods.director import LOSSES
 
         if self.samples < 1:
             raise ConfigError(
@@ -120,8 +120,8 @@ def _distill(
     """Distil (methods/director_distill.py), save the student into the artifact, and
     summarise the run."""
     from uqcompress.data.encoding import check_input_kind
+    from uqcompress.methods.director import LossWeights
     from uqcompress.methods.director_distill import distill
-    from uqcompress.models.director_model import LossWeights
     from uqcompress.models.loading import save_model
     from uqcompress.steps.init import model_summary
 
