@@ -21,7 +21,7 @@ from uqcompress.models.kinds import (
 from uqcompress.models.loading import ModelSource, refuse_fused
 
 
-def test_every_module_spells_its_kind_key_as_the_registry_does() -> None:
+def test_every_module_uses_its_kind_key_from_the_registry() -> None:
     assert HYDRA.key == hydra_model.HYDRA_KEY
     assert PRUNED.key == surgery.KEPT_HEADS_KEY
 

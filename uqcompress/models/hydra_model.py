@@ -32,9 +32,8 @@ from transformers.activations import ACT2FN
 from uqcompress.models.families import FAMILIES, Family, family_named
 from uqcompress.models.families.base import config_head_dim
 from uqcompress.models.grouped import GroupedLinear
+from uqcompress.models.kinds import HYDRA_KEY  # config field holding the HydraSpec as a dict
 from uqcompress.models.outputs import MemberOutput
-
-HYDRA_KEY = "uqc_hydra"  # config field holding the HydraSpec as a dict
 
 
 def hydra_supports(family: Family) -> bool:

@@ -29,8 +29,7 @@ if TYPE_CHECKING:
 
     from uqcompress.models.families import Family
 
-# The config fields that mark each kind (models/hydra_model.py and models/surgery.py still
-# spell theirs out too; tests/models/test_kinds.py checks that they agree).
+# The config fields that mark each kind; the kinds' modules import them from here.
 KEPT_HEADS_KEY = "uqc_kept_heads"  # per layer, the ORIGINAL indices of the kept heads
 HYDRA_KEY = "uqc_hydra"  # the HydraSpec
 SVE_KEY = "uqc_sve"  # the SVESpec

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from uqcompress.models.kinds import KEPT_HEADS_KEY  # per layer, the ORIGINAL kept heads
 from uqcompress.models.loading import LoadedModel
 
 
@@ -38,9 +39,6 @@ def replace_classifier(loaded: LoadedModel, labels: list[str], seed: int = 0) ->
     model.config.id2label = dict(enumerate(labels))
     model.config.label2id = {name: i for i, name in enumerate(labels)}
     loaded.labels = list(labels)
-
-
-KEPT_HEADS_KEY = "uqc_kept_heads"  # config field: per layer, the ORIGINAL indices of kept heads
 
 
 def kept_heads(loaded: LoadedModel) -> list[list[int]]:
