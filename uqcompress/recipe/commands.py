@@ -1,8 +1,8 @@
 """What a recipe step may say: the options of the step it runs, from the step registry.
 
-A recipe key is exactly a CLI option with dashes as underscores (or an input role): both are
-the step's config fields (`steps/registry.py`), so a new config field is usable in recipes the
-moment it exists.
+A recipe key is a CLI option of the step with dashes as underscores, or one of its input
+roles: both come from the step registry (`steps/registry.py`: the config's fields and the
+step's inputs), so a new config field is usable in recipes the moment it exists.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from functools import cache
 from typing import Any
 
 from uqcompress.steps.registry import STEPS
+from uqcompress.steps.registry import Option as Param  # a recipe key: an option of the step
 
 # Steps that write one artifact and can be a recipe step (`run` and `demo` orchestrate,
 # `predict`, `inspect` and `verify` write none).
@@ -21,17 +22,6 @@ RESERVED = {
     "json_out": "the runner collects every step's result; use uqc run --json",
     "force": "use uqc run --force",
 }
-
-
-@dataclass(frozen=True)
-class Param:
-    """One parameter of a command, as a recipe key."""
-
-    key: str  # the recipe key: "batch_size", "model"
-    flag: str | None  # "--batch-size"; None for a positional argument
-    kind: type  # int, float, str or bool (Path counts as str)
-    many: bool  # a list: repeatable option or variadic argument
-    required: bool
 
 
 @dataclass(frozen=True)
@@ -66,11 +56,4 @@ class Command:
 @cache
 def command(name: str) -> Command:
     """The recipe view of `uqc <name>`; KeyError if it is not a step command."""
-    options = STEPS[name].options()
-    return Command(
-        name=name,
-        params={
-            key: Param(key=key, flag=o.flag, kind=o.kind, many=o.many, required=o.required)
-            for key, o in options.items()
-        },
-    )
+    return Command(name=name, params=dict(STEPS[name].options()))
