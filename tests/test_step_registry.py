@@ -189,3 +189,46 @@ def test_recipes_and_steps_do_not_import_the_cli() -> None:
                 n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module
             ] + [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
             assert not [m for m in imported if m.startswith("uqcompress.cli")], path
+
+
+def test_ids_are_those_the_steps_had_before_the_registry(tmp_path: Path) -> None:
+    """Ids computed before the registry existed (issue 15), for configs built from option
+    values the way the CLI and recipes build them: runtime fields moved into the dataclasses
+    and option defaults must not change an id, or every finished artifact would be rebuilt."""
+    labels = ",".join(str(d) for d in range(10))
+    init = step("init").execute({"family": "vit", "labels": labels, "out": tmp_path / "i"})
+    assert init.artifact.id == "f08e9c827b52dafdb3a7aeeaf29443b7"
+    finetune = step("finetune")
+    inputs, cfg, out = finetune.prepare(
+        {
+            "model": str(init.artifact.path),
+            "data": "builtin:digits@train",
+            "val": "builtin:digits@val",
+            "epochs": 1,
+            "batch_size": 64,
+        }
+    )
+    assert finetune.plan(inputs, cfg, out).id == "1dade5026e853bf3803898fe037eddfe"
+
+
+def test_a_recipe_runs_its_steps_through_the_registry_into_its_root(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`uqc run --artifacts DIR`: the root is passed down, the environment is left alone."""
+    import os
+
+    from uqcompress.recipe.parse import load_recipe
+    from uqcompress.recipe.runner import run_recipe
+    from uqcompress.steps import init
+
+    calls: list[Any] = []
+    real = init.run
+    monkeypatch.setattr(init, "run", lambda *a, **k: calls.append(a) or real(*a, **k))
+    recipe = tmp_path / "r.toml"
+    recipe.write_text('[steps.base]\nrun = "init"\nfamily = "vit"\nnum_labels = 2\n', "utf-8")
+    before = dict(os.environ)
+    report = run_recipe(load_recipe(recipe), root=tmp_path / "root")
+    assert dict(os.environ) == before and len(calls) == 1
+    (outcome,) = report.steps
+    assert outcome.path == tmp_path / "root" / f"model-{outcome.id[:8]}"
+    assert outcome.argv == ["init", "--family", "vit", "--num-labels", "2"]
