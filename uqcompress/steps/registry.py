@@ -135,7 +135,7 @@ class Step:
         artifact without `out` goes (default: $UQC_ARTIFACTS or ./artifacts)."""
         from uqcompress.artifacts.writer import artifacts_root
 
-        cfg.validate()  # before torch is touched
+        cfg.validate()  # every problem at once, before any input is read
         cfg = _with_compute(cfg)
         with artifacts_root(root):
             return self.call(self.step_module(), inputs, cfg, out, force)
