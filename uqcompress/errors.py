@@ -60,3 +60,45 @@ class QualityGateError(UqcError):
     """A quality gate that failed; the artifact was still written."""
 
     exit_code = 3
+
+
+class ConfigProblems(ConfigError):
+    """Every problem of one step's options at once: a user fixes them in one round. One problem
+    reads exactly as that problem's own error; several are listed one per line, each with its
+    fix, the way a recipe's problems are."""
+
+    def __init__(self, problems: list[ConfigError]) -> None:
+        first = problems[0]
+        if len(problems) == 1:
+            super().__init__(first.message, first.hint)
+        else:
+            lines = [f"  {p.message}" + (f" (fix: {p.hint})" if p.hint else "") for p in problems]
+            super().__init__(
+                f"{len(problems)} problems with the options:\n" + "\n".join(lines),
+                hint="fix the options named above",
+            )
+        self.problems = problems
+
+
+class Problems:
+    """Collects ConfigErrors; `raise_any()` raises them together as one ConfigProblems."""
+
+    def __init__(self) -> None:
+        self.errors: list[ConfigError] = []
+
+    def add(self, message: str, hint: str | None = None) -> None:
+        self.errors.append(ConfigError(message, hint))
+
+    def check(self, validate: object) -> None:
+        """Run a callable that raises ConfigError (or ConfigProblems); keep what it raised."""
+        assert callable(validate)
+        try:
+            validate()
+        except ConfigProblems as exc:
+            self.errors.extend(exc.problems)
+        except ConfigError as exc:
+            self.errors.append(exc)
+
+    def raise_any(self) -> None:
+        if self.errors:
+            raise ConfigProblems(self.errors)

@@ -41,31 +41,35 @@ class TrainConfig:
     precision: str = "fp32"  # or "bf16": mixed precision through accelerate
 
     def validate(self) -> None:
+        """Every problem at once (errors.ConfigProblems; one problem reads as itself)."""
+        from uqcompress.distributed import world_size
+        from uqcompress.errors import Problems
+
+        problems = Problems()
         if self.epochs < 1:
-            raise ConfigError(f"--epochs {self.epochs} must be at least 1", hint="pass --epochs 3")
+            problems.add(f"--epochs {self.epochs} must be at least 1", hint="pass --epochs 3")
         if not (0 < self.lr < 1):
-            raise ConfigError(f"--lr {self.lr} must be in (0, 1)", hint="pass e.g. --lr 5e-4")
+            problems.add(f"--lr {self.lr} must be in (0, 1)", hint="pass e.g. --lr 5e-4")
         if self.batch_size < 1:
-            raise ConfigError(
+            problems.add(
                 f"--batch-size {self.batch_size} must be at least 1", hint="pass --batch-size 32"
             )
+        elif self.batch_size % world_size():
+            problems.add(
+                f"--batch-size {self.batch_size} does not split over {world_size()} processes",
+                hint=f"pass a multiple of {world_size()} (the batch size is the global batch)",
+            )
         if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
-            raise ConfigError(
+            problems.add(
                 f"--weight-decay {self.weight_decay} must be a finite number, 0 or more",
                 hint="pass e.g. --weight-decay 0.01 (0 turns weight decay off)",
             )
         if self.precision not in PRECISIONS:
-            raise ConfigError(
+            problems.add(
                 f"unknown --precision {self.precision!r}",
                 hint=f"use one of: {', '.join(PRECISIONS)}",
             )
-        from uqcompress.distributed import world_size
-
-        if self.batch_size % world_size():
-            raise ConfigError(
-                f"--batch-size {self.batch_size} does not split over {world_size()} processes",
-                hint=f"pass a multiple of {world_size()} (the batch size is the global batch)",
-            )
+        problems.raise_any()
 
 
 @dataclass

@@ -14,6 +14,9 @@ import shutil
 import socket
 import stat
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata
@@ -44,9 +47,24 @@ def _host_tag() -> str:
     return hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
 
 
+_ROOT: ContextVar[Path | None] = ContextVar("uqc_artifacts_root", default=None)
+
+
 def default_root() -> Path:
-    """Where artifacts go without ``--out``: ``$UQC_ARTIFACTS`` or ``./artifacts``."""
-    return Path(os.environ.get("UQC_ARTIFACTS", "artifacts"))
+    """Where artifacts go without ``--out``: the root `artifacts_root` set (``uqc run
+    --artifacts``), else ``$UQC_ARTIFACTS`` or ``./artifacts``."""
+    root = _ROOT.get()
+    return root if root is not None else Path(os.environ.get("UQC_ARTIFACTS", "artifacts"))
+
+
+@contextmanager
+def artifacts_root(root: Path | None) -> Iterator[None]:
+    """Within this block, artifacts without ``--out`` go under `root` (None: no change)."""
+    token = _ROOT.set(Path(root) if root is not None else _ROOT.get())
+    try:
+        yield
+    finally:
+        _ROOT.reset(token)
 
 
 @dataclass(frozen=True)

@@ -33,13 +33,11 @@ from uqcompress.cli import (
     score_cmd,
     sve_cmd,
 )
-from uqcompress.cli.options import FiniteFloatGroup
 from uqcompress.errors import UqcError
 
 INTERRUPTED = 130
 
 app = typer.Typer(
-    cls=FiniteFloatGroup,  # every float option refuses NaN / inf, naming the option
     name="uqc",
     help="uqcompress: smaller transformer classifiers that know when they do not know.\n\n"
     "Every step reads artifact directories and writes a new one; stdout carries only the "

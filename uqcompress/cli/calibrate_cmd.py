@@ -17,7 +17,6 @@ from uqcompress.cli.options import (
     TextColumn,
     Threads,
     resolve_input,
-    setup_compute,
 )
 
 
@@ -61,20 +60,18 @@ def calibrate(
     """Fit a temperature (every member's logits / T, T minimising the NLL of the averaged
     probabilities by L-BFGS) and write a new model artifact that eval, export (in the graph),
     predict and the Predictor apply. Reports NLL and ECE before/after."""
-    from uqcompress.cli.output import emit
-    from uqcompress.steps import calibrate as step
+    from uqcompress.cli.invoke import run_step
 
-    model_path = resolve_input(model)
-    resolved_device, resolved_threads = setup_compute(device, threads)
-    cfg = step.CalibrateConfig(
-        data=data,
-        abstain_coverage=abstain_coverage,
-        abstain_score=abstain_score,
-        batch_size=batch_size,
-        max_length=max_length,
-        text_column=text_column,
-        label_column=label_column,
-        device=resolved_device,
-        threads=resolved_threads,
-    )
-    emit(step.run(model_path, cfg, out, force), json_out)
+    options = {
+        "model": resolve_input(model),
+        "data": data,
+        "abstain_coverage": abstain_coverage,
+        "abstain_score": abstain_score,
+        "batch_size": batch_size,
+        "max_length": max_length,
+        "text_column": text_column,
+        "label_column": label_column,
+        "device": device,
+        "threads": threads,
+    }
+    run_step("calibrate", options, force, json_out, out)

@@ -33,20 +33,11 @@ def compare(
     aleatoric entropy and MI, OOD AUROC/FPR95/AUPR, parameters, latency and its ratio to a
     baseline. Prints the table on stderr; the artifact holds
     comparison.md / .csv / .json and comparison.png (reliability and OOD histograms)."""
-    from uqcompress.cli.output import emit
-    from uqcompress.cli.tables import print_metrics
-    from uqcompress.steps import compare as step
+    from uqcompress.cli.invoke import run_step
 
-    paths = [resolve_input(e) for e in evals]
-    cfg = step.CompareConfig(
-        baseline=baseline,
-        names=[n.strip() for n in names.split(",")] if names is not None else None,
-    )
-    result = step.run(paths, cfg, out, force)
-    table = step.load_table(result.artifact.path)
-    print_metrics(
-        [(row["model"], row) for row in table["rows"]],
-        title=f"uqc compare (latency ratio to {table['baseline']})",
-        ratio=True,
-    )
-    emit(result, json_out)
+    options = {
+        "evals": [resolve_input(e) for e in evals],
+        "baseline": baseline,
+        "names": names,
+    }
+    run_step("compare", options, force, json_out, out)

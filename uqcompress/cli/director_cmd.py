@@ -19,7 +19,6 @@ from uqcompress.cli.options import (
     Threads,
     WeightDecay,
     resolve_input,
-    setup_compute,
 )
 
 
@@ -88,31 +87,29 @@ def distill_director(
 ) -> None:
     """Distil the teacher's blocks into one time-conditioned DiT transition that samples:
     S roll-outs per input, averaged, for calibrated uncertainty."""
-    from uqcompress.cli.output import emit
-    from uqcompress.steps import director as step
+    from uqcompress.cli.invoke import run_step
 
-    model_path = resolve_input(model)
-    resolved_device, resolved_threads = setup_compute(device, threads)
-    cfg = step.DirectorConfig(
-        data=data,
-        val=val,
-        depth=depth,
-        samples=samples,
-        replace_last=replace_last,
-        loss=loss,
-        lambda_mean=lambda_mean,
-        lambda_std=lambda_std,
-        lambda_ce=lambda_ce,
-        train_head=not freeze_head,
-        epochs=epochs,
-        lr=lr,
-        weight_decay=weight_decay,
-        batch_size=batch_size,
-        seed=seed,
-        max_length=max_length,
-        text_column=text_column,
-        label_column=label_column,
-        device=resolved_device,
-        threads=resolved_threads,
-    )
-    emit(step.run(model_path, cfg, out, force), json_out)
+    options = {
+        "model": resolve_input(model),
+        "data": data,
+        "val": val,
+        "depth": depth,
+        "samples": samples,
+        "replace_last": replace_last,
+        "loss": loss,
+        "lambda_mean": lambda_mean,
+        "lambda_std": lambda_std,
+        "lambda_ce": lambda_ce,
+        "freeze_head": freeze_head,
+        "epochs": epochs,
+        "lr": lr,
+        "weight_decay": weight_decay,
+        "batch_size": batch_size,
+        "seed": seed,
+        "max_length": max_length,
+        "text_column": text_column,
+        "label_column": label_column,
+        "device": device,
+        "threads": threads,
+    }
+    run_step("distill-director", options, force, json_out, out)

@@ -17,7 +17,6 @@ from uqcompress.cli.options import (
     TextColumn,
     Threads,
     resolve_input,
-    setup_compute,
 )
 from uqcompress.errors import ConfigError
 
@@ -71,38 +70,21 @@ def evaluate(
     """Evaluate and write an eval artifact (metrics.json); prints a table on stderr. An
     ensemble (M > 1: several models, Hydra, SVE, DIRECTOR samples) also reports the test-set
     means of predictive entropy, aleatoric entropy and mutual information."""
-    from uqcompress.cli.output import emit
-    from uqcompress.cli.tables import print_calibration, print_metrics
-    from uqcompress.steps import eval as step
+    from uqcompress.cli.invoke import run_step
 
     if models.count("-") > 1:
         raise ConfigError("'-' can stand for only one model", hint="name the others by path")
-    paths = [resolve_input(m) for m in models]
-    resolved_device, resolved_threads = setup_compute(device, threads)
-    cfg = step.EvalConfig(
-        data=data,
-        ood=list(ood or []),
-        gate=gate,
-        samples=samples,
-        batch_size=batch_size,
-        max_length=max_length,
-        text_column=text_column,
-        label_column=label_column,
-        device=resolved_device,
-        threads=resolved_threads,
-    )
-    result = step.run(paths, cfg, out, force)
-    name = " + ".join(p.name for p in paths)
-    summary = result.artifact.manifest.summary
-    print_metrics([(name, summary)], title=f"uqc eval: {data}")
-    print_calibration(summary)
-    emit(result, json_out)
-    verdict = summary.get("gate")
-    if verdict is not None and not verdict["passed"]:
-        from uqcompress.errors import QualityGateError
-        from uqcompress.gates import describe_failures
-
-        raise QualityGateError(
-            f"quality gate failed: {describe_failures(verdict)}",
-            hint=f"see uqc inspect {result.artifact.path} (written), or revisit the bound",
-        )
+    options = {
+        "models": [resolve_input(m) for m in models],
+        "data": data,
+        "ood": ood,
+        "samples": samples,
+        "gate": gate,
+        "batch_size": batch_size,
+        "max_length": max_length,
+        "text_column": text_column,
+        "label_column": label_column,
+        "device": device,
+        "threads": threads,
+    }
+    run_step("eval", options, force, json_out, out)

@@ -15,7 +15,6 @@ from uqcompress.cli.options import (
     TextColumn,
     Threads,
     resolve_input,
-    setup_compute,
 )
 
 
@@ -57,20 +56,18 @@ def export(
     json_out: Json = False,
 ) -> None:
     """Export a model; ONNX must match PyTorch on real batches or nothing is written (exit 3)."""
-    from uqcompress.cli.output import emit
-    from uqcompress.steps import export as step
+    from uqcompress.cli.invoke import run_step
 
-    model_path = resolve_input(model)
-    resolved_device, resolved_threads = setup_compute(device, threads)
-    cfg = step.ExportConfig(
-        format=format_,
-        data=data,
-        atol=atol,
-        opset=opset,
-        materialize=materialize,
-        text_column=text_column,
-        label_column=label_column,
-        device=resolved_device,
-        threads=resolved_threads,
-    )
-    emit(step.run(model_path, cfg, out, force), json_out)
+    options = {
+        "model": resolve_input(model),
+        "format": format_,
+        "data": data,
+        "atol": atol,
+        "opset": opset,
+        "materialize": materialize,
+        "text_column": text_column,
+        "label_column": label_column,
+        "device": device,
+        "threads": threads,
+    }
+    run_step("export", options, force, json_out, out)

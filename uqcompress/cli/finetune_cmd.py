@@ -19,7 +19,6 @@ from uqcompress.cli.options import (
     Threads,
     WeightDecay,
     resolve_input,
-    setup_compute,
 )
 
 
@@ -55,24 +54,22 @@ def finetune(
     json_out: Json = False,
 ) -> None:
     """Fine-tune a classifier (AdamW, warm-up + linear decay) and write a new model artifact."""
-    from uqcompress.cli.output import emit
-    from uqcompress.steps import finetune as step
+    from uqcompress.cli.invoke import run_step
 
-    model_path = resolve_input(model)
-    resolved_device, resolved_threads = setup_compute(device, threads)
-    cfg = step.FinetuneConfig(
-        data=data,
-        val=val,
-        epochs=epochs,
-        lr=lr,
-        weight_decay=weight_decay,
-        batch_size=batch_size,
-        seed=seed,
-        max_length=max_length,
-        text_column=text_column,
-        label_column=label_column,
-        precision=precision,
-        device=resolved_device,
-        threads=resolved_threads,
-    )
-    emit(step.run(model_path, cfg, out, force), json_out)
+    options = {
+        "model": resolve_input(model),
+        "data": data,
+        "val": val,
+        "epochs": epochs,
+        "lr": lr,
+        "weight_decay": weight_decay,
+        "batch_size": batch_size,
+        "seed": seed,
+        "max_length": max_length,
+        "text_column": text_column,
+        "label_column": label_column,
+        "precision": precision,
+        "device": device,
+        "threads": threads,
+    }
+    run_step("finetune", options, force, json_out, out)

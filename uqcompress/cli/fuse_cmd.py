@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from uqcompress.cli.options import Device, Force, Json, Out, Threads, resolve_input, setup_compute
+from uqcompress.cli.options import Device, Force, Json, Out, Threads, resolve_input
 
 
 def fuse(
@@ -29,10 +29,11 @@ def fuse(
     The result is a model artifact that finetune (mean of member cross-entropies), eval (as
     an ensemble) and export (member_logits [B, M, C]) take like any model.
     """
-    from uqcompress.cli.output import emit
-    from uqcompress.steps import fuse as step
+    from uqcompress.cli.invoke import run_step
 
-    paths = [resolve_input(m) for m in members]
-    resolved_device, resolved_threads = setup_compute(device, threads)
-    cfg = step.FuseConfig(device=resolved_device, threads=resolved_threads)
-    emit(step.run(paths, cfg, out, force), json_out)
+    options = {
+        "members": [resolve_input(m) for m in members],
+        "device": device,
+        "threads": threads,
+    }
+    run_step("fuse", options, force, json_out, out)

@@ -30,7 +30,7 @@ def import_model(
     json_out: Json = False,
 ) -> None:
     """Import a transformers model directory (weights, config, tokenizer or image processor)."""
-    from uqcompress.cli.output import emit
-    from uqcompress.steps import import_ as step
+    from uqcompress.cli.invoke import run_step
 
-    emit(step.run(resolve_input(source), out, force, trust_remote_code), json_out)
+    options = {"source": resolve_input(source), "trust_remote_code": trust_remote_code}
+    run_step("import", options, force, json_out, out)

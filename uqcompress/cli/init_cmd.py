@@ -2,28 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from uqcompress.cli.options import Force, Json, Out, Seed
-from uqcompress.errors import ConfigError
-
-
-def parse_sets(values: list[str]) -> dict[str, Any]:
-    """`--set key=value` pairs; values are parsed as JSON when they can be (ints, floats)."""
-    import json
-
-    parsed: dict[str, Any] = {}
-    for item in values:
-        key, sep, raw = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"--set {item!r} is not key=value", hint="e.g. --set hidden_size=64")
-        try:
-            parsed[key.strip()] = json.loads(raw)
-        except json.JSONDecodeError:
-            parsed[key.strip()] = raw
-    return parsed
 
 
 def init(
@@ -75,18 +58,16 @@ def init(
     json_out: Json = False,
 ) -> None:
     """Create an untrained model artifact from a transformers config (no download)."""
-    from uqcompress.cli.output import emit
-    from uqcompress.steps import init as step
+    from uqcompress.cli.invoke import run_step
 
-    label_list = [x.strip() for x in labels.split(",")] if labels is not None else None
-    cfg = step.InitConfig(
-        family=family,
-        preset=preset,
-        overrides=parse_sets(set_ or []),
-        labels=label_list,
-        num_labels=num_labels,
-        image_size=image_size,
-        patch_size=patch_size,
-        seed=seed,
-    )
-    emit(step.run(cfg, out, force), json_out)
+    options = {
+        "family": family,
+        "preset": preset,
+        "set": set_,
+        "labels": labels,
+        "num_labels": num_labels,
+        "image_size": image_size,
+        "patch_size": patch_size,
+        "seed": seed,
+    }
+    run_step("init", options, force, json_out, out)

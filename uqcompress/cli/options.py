@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import functools
-import math
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-from typer.core import TyperGroup
 
 from uqcompress.errors import ConfigError
 
@@ -101,47 +97,3 @@ def setup_compute(device: str, threads: int | None) -> tuple[str, int]:
     from uqcompress.device import configure_threads, resolve_device
 
     return resolve_device(device), configure_threads(threads)
-
-
-class FiniteFloatGroup(TyperGroup):
-    """The `uqc` command group: every float option of every command refuses NaN and +-inf.
-
-    Python's float() accepts 'nan', 'inf' and '-infinity', and no range check catches them
-    (`nan < 0` and `nan > 1` are both False), so `--sigma-init inf` used to pass validation
-    and fail later under another option's name. Checking the parsed values of every command
-    here covers each float option, present and future, whether it came from the command line
-    or from a recipe (`uqc run` runs its steps through these same commands).
-    """
-
-    def __init__(self, **attrs: Any) -> None:
-        super().__init__(**attrs)
-        for command in self.commands.values():
-            if command.callback is not None:
-                command.callback = _refusing_non_finite(command, command.callback)
-
-
-def _refusing_non_finite(command: Any, callback: Callable[..., Any]) -> Callable[..., Any]:
-    params = {param.name: param for param in command.params}
-
-    @functools.wraps(callback)
-    def checked(*args: Any, **kwargs: Any) -> Any:
-        for name, value in kwargs.items():
-            values = value if isinstance(value, list | tuple) else (value,)
-            for number in values:
-                if isinstance(number, float) and not math.isfinite(number):
-                    raise _non_finite(params.get(name), name, number)
-        return callback(*args, **kwargs)
-
-    return checked
-
-
-def _non_finite(param: Any, name: str, number: float) -> ConfigError:
-    """The error naming the option (its long flag, e.g. `--sigma-init`) and its default."""
-    opts = [str(o) for o in getattr(param, "opts", None) or []]
-    flag = next((o for o in opts if o.startswith("--")), None) or f"--{name.replace('_', '-')}"
-    default = getattr(param, "default", None)
-    example = f", e.g. {flag} {default:g} (the default)" if isinstance(default, float) else ""
-    return ConfigError(
-        f"{flag} {number} is not a finite number",
-        hint=f"pass a finite number to {flag}{example}",
-    )

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from uqcompress.cli.options import Device, Force, Json, Out, Threads, resolve_input, setup_compute
+from uqcompress.cli.options import Device, Force, Json, Out, Threads, resolve_input
 
 
 def prune(
@@ -75,19 +75,18 @@ def prune(
     json_out: Json = False,
 ) -> None:
     """Prune attention heads; writes a smaller model artifact that eval/finetune/export take."""
-    from uqcompress.cli.output import emit
-    from uqcompress.steps import prune as step
+    from uqcompress.cli.invoke import run_step
 
-    input_path = resolve_input(input_)
-    resolved_device, resolved_threads = setup_compute(device, threads)
-    cfg = step.PruneConfig(
-        ratio=ratio,
-        scope=scope,
-        min_heads_per_layer=min_heads_per_layer,
-        device=resolved_device,
-        threads=resolved_threads,
-        members=members,
-        select=select,
-        seed=seed,
-    )
-    emit(step.run(input_path, cfg, scores, out, force), json_out)
+    options = {
+        "input": resolve_input(input_),
+        "ratio": ratio,
+        "scores": scores,
+        "scope": scope,
+        "min_heads_per_layer": min_heads_per_layer,
+        "members": members,
+        "select": select,
+        "seed": seed,
+        "device": device,
+        "threads": threads,
+    }
+    run_step("prune", options, force, json_out, out)

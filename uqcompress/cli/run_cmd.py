@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated
 
@@ -52,6 +51,7 @@ def run_recipe(
     import json
     import sys
 
+    from uqcompress.cli.invoke import show
     from uqcompress.console import stderr
     from uqcompress.recipe.parse import load_recipe
     from uqcompress.recipe.runner import (
@@ -64,23 +64,13 @@ def run_recipe(
     from uqcompress.recipe.runner import run_recipe as execute
 
     checked = load_recipe(recipe, set_ or [])
-    previous = os.environ.get("UQC_ARTIFACTS")
-    if artifacts is not None:
-        os.environ["UQC_ARTIFACTS"] = str(artifacts)
     failed: GateFailed | None = None
     report: RunReport | None
     try:
-        try:
-            report = execute(checked, dry_run=dry_run, force=force)
-        except GateFailed as exc:
-            failed = exc
-            report = exc.report
-    finally:
-        if artifacts is not None:
-            if previous is None:
-                os.environ.pop("UQC_ARTIFACTS", None)
-            else:
-                os.environ["UQC_ARTIFACTS"] = previous
+        report = execute(checked, dry_run=dry_run, force=force, root=artifacts, show=show)
+    except GateFailed as exc:
+        failed = exc
+        report = exc.report
     assert isinstance(report, RunReport)
     counts = {s: sum(o.status == s for o in report.steps) for s in (BUILT, REUSED, WOULD_REUSE)}
     if dry_run:

@@ -18,7 +18,6 @@ from uqcompress.cli.options import (
     TextColumn,
     Threads,
     resolve_input,
-    setup_compute,
 )
 
 
@@ -89,33 +88,27 @@ def score(
     A pruned model is scored for the heads it has now: H is its largest layer's head count,
     and a layer with fewer heads has NaN in the slots it lacks.
     """
-    from uqcompress.cli.output import emit
-    from uqcompress.steps import score as step
+    from uqcompress.cli.invoke import run_step
 
-    model_path = resolve_input(model)
-    cfg = step.ScoreConfig(
-        method=method,
-        data=data,
-        calib_size=calib_size,
-        alpha=alpha,
-        his_abs=his_abs,
-        norm_scope=norm_scope,
-        taylor_layer_l2=taylor_layer_l2,
-        taylor_minmax=taylor_minmax,
-        ood=ood,
-        ratio=ratio,
-        members=members,
-        seed=seed,
-        batch_size=batch_size,
-        max_length=max_length,
-        text_column=text_column,
-        label_column=label_column,
-        device="cpu",
-        threads=1,
-    )
-    cfg.validate()  # before torch is touched
-    resolved_device, resolved_threads = setup_compute(device, threads)
-    from dataclasses import replace
-
-    cfg = replace(cfg, device=resolved_device, threads=resolved_threads)
-    emit(step.run(model_path, cfg, out, force), json_out)
+    options = {
+        "model": resolve_input(model),
+        "method": method,
+        "data": data,
+        "calib_size": calib_size,
+        "alpha": alpha,
+        "his_abs": his_abs,
+        "norm_scope": norm_scope,
+        "taylor_layer_l2": taylor_layer_l2,
+        "taylor_minmax": taylor_minmax,
+        "ood": ood,
+        "ratio": ratio,
+        "members": members,
+        "seed": seed,
+        "batch_size": batch_size,
+        "max_length": max_length,
+        "text_column": text_column,
+        "label_column": label_column,
+        "device": device,
+        "threads": threads,
+    }
+    run_step("score", options, force, json_out, out)

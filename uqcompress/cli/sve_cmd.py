@@ -19,7 +19,6 @@ from uqcompress.cli.options import (
     Threads,
     WeightDecay,
     resolve_input,
-    setup_compute,
 )
 
 
@@ -76,28 +75,26 @@ def svd_ensemble(
     """Build and train a Singular Value Ensemble: each target W = U S V^T keeps U, V frozen;
     every member learns its own singular values, biases and head (mean of member
     cross-entropies, every member sees every batch)."""
-    from uqcompress.cli.output import emit
-    from uqcompress.steps import sve as step
+    from uqcompress.cli.invoke import run_step
 
-    model_path = resolve_input(model)
-    resolved_device, resolved_threads = setup_compute(device, threads)
-    cfg = step.SVEConfig(
-        data=data,
-        val=val,
-        members=members,
-        sigma_init=sigma_init,
-        targets=targets,
-        rank=rank,
-        epochs=epochs,
-        lr=lr,
-        weight_decay=weight_decay,
-        batch_size=batch_size,
-        seed=seed,
-        max_length=max_length,
-        text_column=text_column,
-        label_column=label_column,
-        precision=precision,
-        device=resolved_device,
-        threads=resolved_threads,
-    )
-    emit(step.run(model_path, cfg, out, force), json_out)
+    options = {
+        "model": resolve_input(model),
+        "data": data,
+        "val": val,
+        "members": members,
+        "sigma_init": sigma_init,
+        "targets": targets,
+        "rank": rank,
+        "epochs": epochs,
+        "lr": lr,
+        "weight_decay": weight_decay,
+        "batch_size": batch_size,
+        "seed": seed,
+        "max_length": max_length,
+        "text_column": text_column,
+        "label_column": label_column,
+        "precision": precision,
+        "device": device,
+        "threads": threads,
+    }
+    run_step("svd-ensemble", options, force, json_out, out)

@@ -1,18 +1,17 @@
 """Run a checked recipe like a build tool: each step in order, reusing finished artifacts.
 
-Every step runs as its own `uqc` command, in this process, with `--json`. A step's artifact
-id is a hash of its config, inputs and data, and artifacts without `out` go to
-`<artifacts>/<kind>-<id8>`, so a step whose inputs and options did not change finds its
-artifact and skips the work; a changed step (and everything after it) gets new ids. A failed
-step stops the run naming the step; finished artifacts stay, so the next run resumes.
+Every step runs through the step registry (`steps/registry.py`), in this process, as its
+`uqc` command would. A step's artifact id is a hash of its config, inputs and data, and
+artifacts without `out` go to `<artifacts>/<kind>-<id8>`, so a step whose inputs and options
+did not change finds its artifact and skips the work; a changed step (and everything after
+it) gets new ids. A failed step stops the run naming the step; finished artifacts stay, so
+the next run resumes.
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
-import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,8 +19,9 @@ from typing import Any
 from uqcompress.errors import ConfigError, QualityGateError, UqcError
 from uqcompress.recipe.commands import command
 from uqcompress.recipe.parse import Recipe, Ref, Step
+from uqcompress.steps.common import StepResult
+from uqcompress.steps.registry import step as registered
 
-INTERRUPTED = 130
 REUSED, BUILT, WOULD_REUSE, WOULD_BUILD = "reused", "built", "would reuse", "would build"
 
 
@@ -34,7 +34,7 @@ class StepOutcome:
     kind: str | None = None
     id: str | None = None
     seconds: float = 0.0
-    argv: list[str] = field(default_factory=list)
+    argv: list[str] = field(default_factory=list)  # the `uqc` command line the step equals
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -79,8 +79,16 @@ class StepFailed(UqcError):
         self.exit_code = exc.exit_code
 
 
-def run_recipe(recipe: Recipe, dry_run: bool = False, force: bool = False) -> RunReport:
-    """Run (or, with `dry_run`, plan) every step; then check the gate."""
+def run_recipe(
+    recipe: Recipe,
+    dry_run: bool = False,
+    force: bool = False,
+    root: Path | None = None,
+    show: Callable[[str, dict[str, Any], StepResult], None] | None = None,
+) -> RunReport:
+    """Run (or, with `dry_run`, plan) every step; then check the gate. `root`: where steps
+    without `out` write (default: $UQC_ARTIFACTS or ./artifacts); `show(command, values, result)`
+    is called after each step that ran (the CLI prints an eval's metrics)."""
     from uqcompress.console import stderr
 
     report = RunReport(recipe=recipe.path, steps=[])
@@ -90,10 +98,9 @@ def run_recipe(recipe: Recipe, dry_run: bool = False, force: bool = False) -> Ru
         # inputs a dry run would build first: this step cannot be planned from them yet
         pending = [n for n in step.needs if outcomes[n].status == WOULD_BUILD]
         values = {k: _resolve(v, outcomes) for k, v in step.values.items()}
-        argv = command(step.command).argv(values) if not pending else []
         head = f"[bold][{index}/{total}] {step.name}[/bold] (uqc {step.command})"
         if dry_run:
-            outcome = _plan(step, argv, pending, force)
+            outcome = _plan(step, values, pending, force, root)
             where = (
                 f" -> {outcome.path}"
                 if not pending
@@ -103,7 +110,7 @@ def run_recipe(recipe: Recipe, dry_run: bool = False, force: bool = False) -> Ru
         else:
             stderr.print(f"{head}", highlight=False)
             try:
-                outcome = _execute(step, argv, force)
+                outcome = _execute(step, values, force, root, show)
             except KeyboardInterrupt:
                 stderr.print(
                     f"interrupted in step {step.name!r}: the {index - 1} finished steps are "
@@ -136,84 +143,68 @@ def _resolve(value: Any, outcomes: dict[str, StepOutcome]) -> Any:
     return value
 
 
-def _invoke(argv: list[str]) -> dict[str, Any]:
-    """Run one `uqc` command in this process; its --json result (stdout) is returned."""
-    import typer
-
-    from uqcompress.cli.app import app
-
-    captured = io.StringIO()
-    click_command = typer.main.get_command(app)
-    with contextlib.redirect_stdout(captured):
-        code = click_command.main(args=argv, prog_name="uqc", standalone_mode=False)
-    if code == INTERRUPTED:  # Typer turns Ctrl-C / SIGTERM into this code; stop the run too
-        raise KeyboardInterrupt
-    if isinstance(code, int) and code != 0:
-        raise UqcError(f"exited with code {code}")
-    try:
-        result: dict[str, Any] = json.loads(captured.getvalue())
-        return result
-    except ValueError as exc:  # e.g. a non-zero rank of a multi-process launch prints nothing
-        raise UqcError(
-            "printed no result on stdout",
-            hint="run uqc run as one process (not under torchrun)",
-        ) from exc
+def _argv(step: Step, values: dict[str, Any], force: bool) -> list[str]:
+    """The `uqc` command line the step equals (`--force` right after the command's name:
+    before the `--` that ends its options)."""
+    argv = command(step.command).argv(values)
+    return [argv[0], *(["--force"] if force else []), *argv[1:]]
 
 
-def _step_args(argv: list[str], force: bool) -> list[str]:
-    """The step's command line as the runner runs it: JSON result, `--force` passed on
-    (right after the command's name: before the `--` that ends its options)."""
-    return [argv[0], "--json", *(["--force"] if force else []), *argv[1:]]
+def _execute(
+    step: Step,
+    values: dict[str, Any],
+    force: bool,
+    root: Path | None,
+    show: Callable[[str, dict[str, Any], StepResult], None] | None,
+) -> StepOutcome:
+    from uqcompress import interrupts
+    from uqcompress.distributed import is_main_process
 
-
-def _usage_error(exc: Any) -> ConfigError:
-    return ConfigError(exc.format_message() if hasattr(exc, "format_message") else str(exc))
-
-
-def _execute(step: Step, argv: list[str], force: bool) -> StepOutcome:
-    import typer
-
-    args = _step_args(argv, force)
+    spec = registered(step.command)
     start = time.perf_counter()
     try:
-        result = _invoke(args)
+        result = spec.execute(values, force, root)
+        if not is_main_process():  # (it took part in the step: training needs every rank)
+            raise UqcError(
+                "has no result in this process: only the first process of a multi-process "
+                "launch writes artifacts",
+                hint="run uqc run as one process (not under torchrun)",
+            )
+        interrupts.check()  # an interrupted step reports no result, even a reused artifact
+        if show is not None:
+            show(step.command, values, result)
+        spec.verdict(result)  # eval --gate: exit 3, the artifact written
     except UqcError as exc:
         raise StepFailed(step, exc) from exc
-    except typer.TyperException as exc:  # a usage error the recipe check did not catch
-        raise StepFailed(step, _usage_error(exc)) from exc
     return StepOutcome(
         name=step.name,
         command=step.command,
-        status=REUSED if result.get("reused") else BUILT,
-        path=Path(result["path"]),
-        kind=result.get("kind"),
-        id=result.get("id"),
+        status=REUSED if result.reused else BUILT,
+        path=result.artifact.path,
+        kind=result.artifact.kind,
+        id=result.artifact.id,
         seconds=time.perf_counter() - start,
-        argv=args,
+        argv=_argv(step, values, force),
     )
 
 
-def _plan(step: Step, argv: list[str], pending: list[str], force: bool) -> StepOutcome:
+def _plan(
+    step: Step, values: dict[str, Any], pending: list[str], force: bool, root: Path | None
+) -> StepOutcome:
     """Where the step's artifact would go, and whether it is there already."""
-    import typer
-
-    from uqcompress.planning import PlannedStep, planning
-
-    outcome = StepOutcome(name=step.name, command=step.command, status=WOULD_BUILD, argv=argv)
+    outcome = StepOutcome(name=step.name, command=step.command, status=WOULD_BUILD)
     if pending:  # an input that does not exist yet: this step will build too
         return outcome
+    outcome.argv = _argv(step, values, force)
+    spec = registered(step.command)
     try:
-        with planning():
-            _invoke(_step_args(argv, force))
-    except PlannedStep as planned:
-        outcome.status = WOULD_REUSE if planned.reusable else WOULD_BUILD
-        outcome.path, outcome.kind, outcome.id = planned.dest, planned.kind, planned.id
-        return outcome
+        inputs, cfg, out = spec.prepare(values)
+        planned = spec.plan(inputs, cfg, out, force, root)
     except UqcError as exc:
         raise StepFailed(step, exc) from exc
-    except typer.TyperException as exc:
-        raise StepFailed(step, _usage_error(exc)) from exc
-    raise RuntimeError(f"step {step.name} ran instead of planning")  # a step skipped the plan
+    outcome.status = WOULD_REUSE if planned.reusable else WOULD_BUILD
+    outcome.path, outcome.kind, outcome.id = planned.dest, planned.kind, planned.id
+    return outcome
 
 
 def check_gate(recipe: Recipe, outcomes: dict[str, StepOutcome]) -> dict[str, Any]:

@@ -12,43 +12,46 @@ from typing import Any
 
 from uqcompress.artifacts import ArtifactWriter, OutputPlan
 from uqcompress.errors import ConfigError
+from uqcompress.steps import config as fields
 from uqcompress.steps.common import StepResult, build_or_reuse
 
-RUNTIME_KEYS = ("device", "threads", "batch_size", "data", "text_column", "label_column")
 ECE_BINS = 15
 
 
 @dataclass(frozen=True)
 class CalibrateConfig:
-    data: str
+    # runtime: the data's content fingerprints are in the id; batches do not change the fit
+    data: str = fields.runtime()
     abstain_coverage: float | None = None
     abstain_score: str = "msp"
-    batch_size: int = 64
+    batch_size: int = fields.runtime(64)
     max_length: int | None = None
-    text_column: str = "text"
-    label_column: str = "label"
-    device: str = "cpu"
-    threads: int = 1
+    text_column: str = fields.runtime("text")
+    label_column: str = fields.runtime("label")
+    device: str = fields.device()
+    threads: int | None = fields.threads()
 
     def validate(self) -> None:
         from uqcompress.uq.calibration import ABSTAIN_SCORES
 
+        problems = fields.problems(self)
         coverage = self.abstain_coverage
         if coverage is not None and not 0 < coverage <= 1:
-            raise ConfigError(
+            problems.add(
                 f"--abstain-coverage {coverage} must be in (0, 1]: the fraction of examples "
                 "the model answers",
                 hint="pass e.g. --abstain-coverage 0.9 to answer 90% and abstain on the rest",
             )
         if self.abstain_score not in ABSTAIN_SCORES:
-            raise ConfigError(
+            problems.add(
                 f"unknown --abstain-score {self.abstain_score!r}",
                 hint=f"use one of: {', '.join(ABSTAIN_SCORES)}",
             )
         if self.batch_size < 1:
-            raise ConfigError(
+            problems.add(
                 f"--batch-size {self.batch_size} must be at least 1", hint="pass --batch-size 64"
             )
+        problems.raise_any()
 
 
 def run(
@@ -75,7 +78,7 @@ def run(
     config = asdict(cfg)
     # numerics_tags: the uncertainty definition and DIRECTOR's noise scheme change the fitted
     # numbers without changing the config, so they are in the id too.
-    id_config = {k: v for k, v in config.items() if k not in RUNTIME_KEYS} | numerics_tags()
+    id_config = fields.id_config(cfg, config) | numerics_tags()
     if cfg.abstain_coverage is None:
         id_config.pop("abstain_score")  # unused: must not change the id
     plan = OutputPlan(

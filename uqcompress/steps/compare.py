@@ -12,6 +12,7 @@ from typing import Any
 
 from uqcompress.artifacts import ArtifactWriter, OutputPlan, SourceRef
 from uqcompress.errors import ConfigError, IncompatibleInputError
+from uqcompress.steps import config as fields
 from uqcompress.steps.common import StepResult, build_or_reuse
 
 OOD_SCORE = "entropy"  # every model has it (MI needs M > 1)
@@ -19,10 +20,18 @@ BASE_COLUMNS = ("acc", "nll", "ece", "brier", "aurc")
 OOD_COLUMNS = ("auroc", "fpr95", "aupr")
 
 
+def split_names(text: str | None) -> list[str] | None:
+    return [n.strip() for n in text.split(",")] if text is not None else None
+
+
 @dataclass(frozen=True)
 class CompareConfig:
     baseline: int = 0  # index into the EVAL arguments; latency ratios are to this row
-    names: list[str] | None = None  # row names; default: each eval's model directory name
+    # row names (--names a,b); default: each eval's model directory name
+    names: list[str] | None = fields.option(None, kind=str | None, parse=split_names)
+
+    def validate(self) -> None:
+        fields.problems(self).raise_any()
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from uqcompress.steps import compare as compare_step
 from uqcompress.steps import director as director_step
@@ -24,6 +25,7 @@ from uqcompress.steps import prune as prune_step
 from uqcompress.steps import score as score_step
 from uqcompress.steps import sve as sve_step
 from uqcompress.steps.common import StepResult
+from uqcompress.steps.registry import step
 
 DIGIT_LABELS = [str(d) for d in range(10)]
 ACCURACY_BAR = 0.95  # the demo's promise for the single ViT on builtin:digits@test (full mode)
@@ -87,6 +89,11 @@ class DemoResult:
         return self.rows[0]
 
 
+def _run(name: str, inputs: dict[str, Any], cfg: Any, out: Path, force: bool) -> StepResult:
+    """One step of the demo, run as `uqc NAME` and `uqc run` run it."""
+    return step(name).run(inputs, cfg, out, force)
+
+
 def run(out: Path, quick: bool, device: str, threads: int, force: bool = False) -> DemoResult:
     from uqcompress.console import stderr
 
@@ -94,14 +101,17 @@ def run(out: Path, quick: bool, device: str, threads: int, force: bool = False) 
     models = []
     for seed in range(plan.members):
         stderr.print(f"[bold]ViT {seed + 1}/{plan.members}[/bold] (seed {seed})")
-        init = init_step.run(
+        init = _run(
+            "init",
+            {},
             init_step.InitConfig(family="vit", preset=plan.preset, labels=DIGIT_LABELS, seed=seed),
             out / f"model-init-seed{seed}",
             force,
         )
         models.append(
-            finetune_step.run(
-                init.artifact.path,
+            _run(
+                "finetune",
+                {"model": init.artifact.path},
                 finetune_step.FinetuneConfig(
                     data="builtin:digits@train",
                     val="builtin:digits@val",
@@ -116,8 +126,9 @@ def run(out: Path, quick: bool, device: str, threads: int, force: bool = False) 
                 force,
             )
         )
-    onnx = export_step.run(
-        models[0].artifact.path,
+    onnx = _run(
+        "export",
+        {"model": models[0].artifact.path},
         export_step.ExportConfig(format="onnx", data=TEST, device="cpu", threads=threads),
         out / "onnx-seed0",
         force,
@@ -125,11 +136,12 @@ def run(out: Path, quick: bool, device: str, threads: int, force: bool = False) 
 
     def evaluate(name: str, paths: list[Path], folder: str) -> DemoRow:
         cfg = eval_step.EvalConfig(data=TEST, ood=[OOD], device=device, threads=threads)
-        return DemoRow(name, eval_step.run(paths, cfg, out / folder, force))
+        return DemoRow(name, _run("eval", {"models": paths}, cfg, out / folder, force))
 
     stderr.print(f"[bold]pruning {plan.prune_ratio:.0%} of the heads (HIES scores)[/bold]")
-    scores = score_step.run(
-        models[0].artifact.path,
+    scores = _run(
+        "score",
+        {"model": models[0].artifact.path},
         score_step.ScoreConfig(
             method="hies",
             data="builtin:digits@train",
@@ -141,14 +153,16 @@ def run(out: Path, quick: bool, device: str, threads: int, force: bool = False) 
         out / "scores-hies",
         force,
     )
-    pruned = prune_step.run(
-        scores.artifact.path,
+    pruned = _run(
+        "prune",
+        {"input": scores.artifact.path},
         prune_step.PruneConfig(ratio=plan.prune_ratio, device=device, threads=threads),
-        out=out / "model-pruned",
-        force=force,
+        out / "model-pruned",
+        force,
     )
-    retrained = finetune_step.run(
-        pruned.artifact.path,
+    retrained = _run(
+        "finetune",
+        {"model": pruned.artifact.path},
         finetune_step.FinetuneConfig(
             data="builtin:digits@train",
             val="builtin:digits@val",
@@ -164,8 +178,9 @@ def run(out: Path, quick: bool, device: str, threads: int, force: bool = False) 
     )
     hydra, hydra_onnx = _hydra(plan, scores.artifact.path, out, device, threads, force)
     stderr.print(f"[bold]Singular Value Ensemble of {plan.sve_members}[/bold]")
-    sve = sve_step.run(
-        models[0].artifact.path,
+    sve = _run(
+        "svd-ensemble",
+        {"model": models[0].artifact.path},
         sve_step.SVEConfig(
             data="builtin:digits@train",
             val="builtin:digits@val",
@@ -182,8 +197,9 @@ def run(out: Path, quick: bool, device: str, threads: int, force: bool = False) 
         force,
     )
     stderr.print("[bold]DIRECTOR: the blocks distilled into one sampling DiT transition[/bold]")
-    student = director_step.run(
-        models[0].artifact.path,
+    student = _run(
+        "distill-director",
+        {"model": models[0].artifact.path},
         director_step.DirectorConfig(
             data="builtin:digits@train",
             val="builtin:digits@val",
@@ -231,8 +247,9 @@ def run(out: Path, quick: bool, device: str, threads: int, force: bool = False) 
             "eval-director",
         ),
     ]
-    comparison = compare_step.run(
-        [row.evaluation.artifact.path for row in rows],
+    comparison = _run(
+        "compare",
+        {"evals": [row.evaluation.artifact.path for row in rows]},
         compare_step.CompareConfig(baseline=0, names=[row.name.strip() for row in rows]),
         out / "compare",
         force,
@@ -255,22 +272,25 @@ def _hydra(
     from uqcompress.console import stderr
 
     stderr.print(f"[bold]Hydra: {plan.members} members, fused[/bold]")
-    members = prune_step.run(
-        scores,
+    members = _run(
+        "prune",
+        {"input": scores},
         prune_step.PruneConfig(
             members=plan.members, select="partition", device=device, threads=threads
         ),
-        out=out / "members",
-        force=force,
+        out / "members",
+        force,
     )
-    fused = fuse_step.run(
-        [members.artifact.path],
+    fused = _run(
+        "fuse",
+        {"members": [members.artifact.path]},
         fuse_step.FuseConfig(device=device, threads=threads),
         out / "model-hydra",
         force,
     )
-    trained = finetune_step.run(
-        fused.artifact.path,
+    trained = _run(
+        "finetune",
+        {"model": fused.artifact.path},
         finetune_step.FinetuneConfig(
             data="builtin:digits@train",
             val="builtin:digits@val",
@@ -284,8 +304,9 @@ def _hydra(
         out / "model-hydra-finetuned",
         force,
     )
-    exported = export_step.run(
-        trained.artifact.path,
+    exported = _run(
+        "export",
+        {"model": trained.artifact.path},
         export_step.ExportConfig(format="onnx", data=TEST, device="cpu", threads=threads),
         out / "onnx-hydra",
         force,

@@ -7,17 +7,17 @@ from pathlib import Path
 from typing import Any
 
 from uqcompress.artifacts import ArtifactWriter, OutputPlan
-from uqcompress.errors import ConfigError
+from uqcompress.steps import config as fields
 from uqcompress.steps.common import StepResult, build_or_reuse, load_training_data
 
-RUNTIME_KEYS = ("device", "threads", "data", "val", "text_column", "label_column")
 DEFAULT_LAMBDA_STD = 0.1  # the research code's std weight (`mlp_gamma`), --loss mse
 
 
 @dataclass(frozen=True)
 class DirectorConfig:
-    data: str
-    val: str | None = None
+    # runtime: the data's content fingerprints, which cover the columns used, are in the id
+    data: str = fields.runtime()
+    val: str | None = fields.runtime(None)
     depth: int = 1
     samples: int = 10
     replace_last: int | None = None  # None: every layer
@@ -25,69 +25,72 @@ class DirectorConfig:
     lambda_mean: float = 1.0
     lambda_std: float | None = None  # --loss mse only (default DEFAULT_LAMBDA_STD there)
     lambda_ce: float = 1.0
-    train_head: bool = True
+    # --freeze-head keeps the teacher's last MLP, norm and classifier
+    train_head: bool = fields.option(True, name="freeze_head", parse=lambda freeze: not freeze)
     epochs: int = 10
     lr: float = 1e-3
     weight_decay: float = 0.01
     batch_size: int = 32
     seed: int = 0
     max_length: int | None = None
-    text_column: str = "text"
-    label_column: str = "label"
-    device: str = "cpu"
-    threads: int = 1
+    text_column: str = fields.runtime("text")
+    label_column: str = fields.runtime("label")
+    device: str = fields.device()
+    threads: int | None = fields.threads()
+
+    def train_config(self) -> Any:
+        from uqcompress.train import TrainConfig
+
+        return TrainConfig(
+            epochs=self.epochs,
+            lr=self.lr,
+            weight_decay=self.weight_decay,
+            batch_size=self.batch_size,
+            seed=self.seed,
+            device=self.device,
+        )
 
     def validate(self) -> None:
         from uqcompress.methods.director import LOSSES
 
+        problems = fields.problems(self)
         if self.samples < 1:
-            raise ConfigError(
-                f"--samples {self.samples} must be at least 1", hint="pass --samples 10"
-            )
+            problems.add(f"--samples {self.samples} must be at least 1", hint="pass --samples 10")
         if self.depth < 1:
-            raise ConfigError(f"--depth {self.depth} must be at least 1", hint="pass --depth 1")
+            problems.add(f"--depth {self.depth} must be at least 1", hint="pass --depth 1")
         if self.replace_last is not None and self.replace_last < 1:
-            raise ConfigError(
+            problems.add(
                 f"--replace-last {self.replace_last} must be at least 1",
                 hint="drop --replace-last to replace every layer",
             )
         if self.loss not in LOSSES:
-            raise ConfigError(
-                f"unknown --loss {self.loss!r}", hint=f"use one of: {', '.join(LOSSES)}"
-            )
-        if self.lambda_std is not None and self.loss != "mse":
+            problems.add(f"unknown --loss {self.loss!r}", hint=f"use one of: {', '.join(LOSSES)}")
+        elif self.lambda_std is not None and self.loss != "mse":
             # The std term exists only in the mse loss: a weight given for another loss
             # would be silently ignored.
-            raise ConfigError(
+            problems.add(
                 f"--lambda-std applies only to --loss mse; this run uses --loss {self.loss}",
                 hint="drop --lambda-std, or pass --loss mse",
             )
         for name in ("lambda_mean", "lambda_std", "lambda_ce"):
             if getattr(self, name) is not None and getattr(self, name) < 0:
-                flag = "--" + name.replace("_", "-")
-                raise ConfigError(
+                flag = fields.flag(name)
+                problems.add(
                     f"{flag} {getattr(self, name)} must be 0 or more", hint=f"pass {flag} 1"
                 )
+        problems.check(self.train_config().validate)
+        problems.raise_any()
 
 
 def run(
     model_path: Path, cfg: DirectorConfig, out: Path | None = None, force: bool = False
 ) -> StepResult:
     from uqcompress.models.loading import refuse_fused, resolve_model_source
-    from uqcompress.train import TrainConfig
 
     cfg.validate()
     if cfg.loss == "mse" and cfg.lambda_std is None:  # resolved, so the manifest says it
         cfg = replace(cfg, lambda_std=DEFAULT_LAMBDA_STD)
-    train_cfg = TrainConfig(
-        epochs=cfg.epochs,
-        lr=cfg.lr,
-        weight_decay=cfg.weight_decay,
-        batch_size=cfg.batch_size,
-        seed=cfg.seed,
-        device=cfg.device,
-    )
-    train_cfg.validate()
+    train_cfg = cfg.train_config()
     source = resolve_model_source(model_path)
     refuse_fused(source, "distill-director")
     loaded_data = load_training_data(cfg.data, cfg.val, cfg.text_column, cfg.label_column)
@@ -97,7 +100,7 @@ def run(
         kind="model",
         step="distill-director",
         config=config,
-        id_config={k: v for k, v in config.items() if k not in RUNTIME_KEYS},
+        id_config=fields.id_config(cfg, config),
         inputs=[source.ref],
         data=loaded_data.entries,
         device=cfg.device,

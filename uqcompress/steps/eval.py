@@ -4,7 +4,7 @@ exported ONNX model, or a deep ensemble of several."""
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -12,27 +12,37 @@ import numpy as np
 
 from uqcompress.artifacts import ArtifactWriter, OutputPlan
 from uqcompress.errors import ConfigError, DataError, IncompatibleInputError
+from uqcompress.steps import config as fields
 from uqcompress.steps.common import StepResult, build_or_reuse
 
-# Kept out of the id: runtime settings and data spec strings (content fingerprints are in the
-# id; OOD set *names* stay in, since metric keys are built from them). A reused eval keeps the
-# latency it measured when it was built.
-RUNTIME_KEYS = ("device", "threads", "batch_size", "data", "ood", "text_column", "label_column")
 ECE_BINS = 15
 
 
 @dataclass(frozen=True)
 class EvalConfig:
-    data: str
-    ood: list[str] = field(default_factory=list)
+    # runtime: runtime settings and data spec strings (content fingerprints are in the id;
+    # OOD set *names* stay in, since metric keys are built from them). A reused eval keeps
+    # the latency it measured when it was built.
+    data: str = fields.runtime()
+    ood: list[str] = fields.option(
+        kind=list[str], parse=lambda v: list(v or []), is_runtime=True, default_factory=list
+    )
     gate: str | None = None
     samples: int | None = None  # DIRECTOR students: roll-outs per input (default: stored S)
-    batch_size: int = 64
+    batch_size: int = fields.runtime(64)
     max_length: int | None = None
-    text_column: str = "text"
-    label_column: str = "label"
-    device: str = "cpu"
-    threads: int = 1
+    text_column: str = fields.runtime("text")
+    label_column: str = fields.runtime("label")
+    device: str = fields.device()
+    threads: int | None = fields.threads()
+
+    def validate(self) -> None:
+        problems = fields.problems(self)
+        if self.batch_size < 1:
+            problems.add(
+                f"--batch-size {self.batch_size} must be at least 1", hint="pass --batch-size 64"
+            )
+        problems.raise_any()
 
 
 def run(
@@ -45,10 +55,7 @@ def run(
 
     if not model_paths:
         raise ConfigError("no model to evaluate", hint="pass one or more MODEL paths")
-    if cfg.batch_size < 1:
-        raise ConfigError(
-            f"--batch-size {cfg.batch_size} must be at least 1", hint="pass --batch-size 64"
-        )
+    cfg.validate()
     roles = ["model"] if len(model_paths) == 1 else [f"member{i}" for i in range(len(model_paths))]
     peeked = [peek_source(p, role) for p, role in zip(model_paths, roles, strict=True)]
     ids = [ref.id for ref, _ in peeked]
@@ -89,7 +96,7 @@ def run(
         config=config,
         # numerics_tags: the uncertainty definition and DIRECTOR's noise scheme change the
         # numbers without changing the config, so they are in the id too.
-        id_config={**{k: v for k, v in config.items() if k not in RUNTIME_KEYS}, **numerics_tags()},
+        id_config={**fields.id_config(cfg, config), **numerics_tags()},
         inputs=[ref for ref, _ in peeked],
         data=[data.manifest_entry("eval")] + [d.manifest_entry(f"ood:{d.name}") for d in ood_sets],
         device=cfg.device,
@@ -221,3 +228,16 @@ def _calibration_metrics(calibration: Any, outputs: Any, label_ids: np.ndarray) 
         result["abstain_coverage"] = coverage
         result["abstain_risk"] = risk
     return result
+
+
+def check_gate(result: StepResult) -> None:
+    """Exit 3 when the eval's --gate failed; the artifact is written all the same."""
+    verdict = result.artifact.manifest.summary.get("gate")
+    if verdict is not None and not verdict["passed"]:
+        from uqcompress.errors import QualityGateError
+        from uqcompress.gates import describe_failures
+
+        raise QualityGateError(
+            f"quality gate failed: {describe_failures(verdict)}",
+            hint=f"see uqc inspect {result.artifact.path} (written), or revisit the bound",
+        )

@@ -9,34 +9,37 @@ from typing import Any
 
 from uqcompress.artifacts import ArtifactWriter, OutputPlan
 from uqcompress.errors import ConfigError, ParityError
+from uqcompress.steps import config as fields
 from uqcompress.steps.common import StepResult, build_or_reuse
 from uqcompress.uq import numerics_tags
 
 FORMATS = ("onnx", "safetensors")
-RUNTIME_KEYS = ("device", "threads", "data", "text_column", "label_column")
 
 
 @dataclass(frozen=True)
 class ExportConfig:
     format: str = "onnx"
-    data: str | None = None
+    # runtime: examples for the parity check only; the exported model does not depend on them
+    data: str | None = fields.runtime(None)
     atol: float = 1e-4
     opset: int = 18
-    text_column: str = "text"
-    label_column: str = "label"
+    text_column: str = fields.runtime("text")
+    label_column: str = fields.runtime("label")
     materialize: bool = False  # SVE only: dense per-member weights in the graph
-    device: str = "cpu"
-    threads: int = 1
+    device: str = fields.device("cpu")
+    threads: int | None = fields.threads()
 
     def validate(self) -> None:
+        problems = fields.problems(self)
         if self.materialize and self.format != "onnx":
-            raise ConfigError("--materialize applies to ONNX exports", hint="drop --materialize")
+            problems.add("--materialize applies to ONNX exports", hint="drop --materialize")
         if self.format not in FORMATS:
-            raise ConfigError(
+            problems.add(
                 f"unknown --format {self.format!r}", hint=f"use one of: {', '.join(FORMATS)}"
             )
         if not 0 < self.atol < 1:
-            raise ConfigError(f"--atol {self.atol} must be in (0, 1)", hint="pass --atol 1e-4")
+            problems.add(f"--atol {self.atol} must be in (0, 1)", hint="pass --atol 1e-4")
+        problems.raise_any()
 
 
 def run(
@@ -59,7 +62,7 @@ def run(
     config = asdict(cfg)
     # The graph computes the uncertainty outputs and the Predictor draws DIRECTOR noise by
     # these definitions: a change to either changes what the export returns, so its id.
-    id_config = {k: v for k, v in config.items() if k not in RUNTIME_KEYS} | numerics_tags()
+    id_config = fields.id_config(cfg, config) | numerics_tags()
     if cfg.format == "safetensors":  # parity options do not apply
         id_config = {"format": "safetensors"}
     plan = OutputPlan(

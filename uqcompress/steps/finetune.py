@@ -7,46 +7,53 @@ from pathlib import Path
 from typing import Any
 
 from uqcompress.artifacts import ArtifactWriter, OutputPlan
+from uqcompress.steps import config as fields
 from uqcompress.steps.common import StepResult, build_or_reuse, load_training_data
-
-# Kept out of the id: where or how fast a step runs, and how data was *named* (the data's
-# content fingerprints, which cover the columns used, are in the id instead).
-RUNTIME_KEYS = ("device", "threads", "data", "val", "text_column", "label_column")
 
 
 @dataclass(frozen=True)
 class FinetuneConfig:
-    data: str
-    val: str | None = None
+    # runtime: the data's content fingerprints, which cover the columns used, are in the id
+    data: str = fields.runtime()
+    val: str | None = fields.runtime(None)
     epochs: int = 3
     lr: float = 5e-4
     weight_decay: float = 0.01
     batch_size: int = 32
     seed: int = 0
     max_length: int | None = None
-    text_column: str = "text"
-    label_column: str = "label"
+    text_column: str = fields.runtime("text")
+    label_column: str = fields.runtime("label")
     precision: str = "fp32"
-    device: str = "cpu"
-    threads: int = 1
+    device: str = fields.device()
+    threads: int | None = fields.threads()
+
+    def train_config(self) -> Any:
+        from uqcompress.train import TrainConfig
+
+        return TrainConfig(
+            epochs=self.epochs,
+            lr=self.lr,
+            weight_decay=self.weight_decay,
+            batch_size=self.batch_size,
+            seed=self.seed,
+            device=self.device,
+            precision=self.precision,
+        )
+
+    def validate(self) -> None:
+        problems = fields.problems(self)
+        problems.check(self.train_config().validate)
+        problems.raise_any()
 
 
 def run(
     model_path: Path, cfg: FinetuneConfig, out: Path | None = None, force: bool = False
 ) -> StepResult:
     from uqcompress.models.loading import resolve_model_source
-    from uqcompress.train import TrainConfig
 
-    train_cfg = TrainConfig(
-        epochs=cfg.epochs,
-        lr=cfg.lr,
-        weight_decay=cfg.weight_decay,
-        batch_size=cfg.batch_size,
-        seed=cfg.seed,
-        device=cfg.device,
-        precision=cfg.precision,
-    )
-    train_cfg.validate()  # bad values fail before any data is read
+    cfg.validate()  # bad values fail before any data is read
+    train_cfg = cfg.train_config()
     members = _is_members(model_path)
     source = None if members else resolve_model_source(model_path)
     if source is not None:
@@ -58,7 +65,7 @@ def run(
         kind="model",
         step="finetune",
         config=config,
-        id_config={k: v for k, v in config.items() if k not in RUNTIME_KEYS},
+        id_config=fields.id_config(cfg, config),
         inputs=[source.ref] if source is not None else [],
         data=loaded_data.entries,
         device=cfg.device,

@@ -9,6 +9,7 @@ from typing import Any
 
 from uqcompress.artifacts import MANIFEST_NAME, ArtifactWriter, OutputPlan, SourceRef
 from uqcompress.errors import ConfigError, IncompatibleInputError, ParityError
+from uqcompress.steps import config as fields
 from uqcompress.steps.common import StepResult, build_or_reuse
 
 # Fused members vs the members run one by one (with the averaged embeddings/MLP): the same
@@ -16,13 +17,15 @@ from uqcompress.steps.common import StepResult, build_or_reuse
 PARITY_ATOL = 1e-4
 PARITY_FILE = "parity.json"  # the worst |diff| per contract output (export/parity.py)
 PADDING_WARNING = 0.25  # ALGORITHMS.md 6.3: warn when this share of head slots is padding
-RUNTIME_KEYS = ("device", "threads")
 
 
 @dataclass(frozen=True)
 class FuseConfig:
-    device: str = "cpu"
-    threads: int = 1
+    device: str = fields.device("cpu")
+    threads: int | None = fields.threads()
+
+    def validate(self) -> None:
+        fields.problems(self).raise_any()
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,7 @@ def run(
         kind="model",
         step="fuse",
         config=config,
-        id_config={k: v for k, v in config.items() if k not in RUNTIME_KEYS},
+        id_config=fields.id_config(cfg, config),
         inputs=members.refs,
         device=cfg.device,
     )

@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from uqcompress.artifacts import ArtifactWriter, OutputPlan
 from uqcompress.errors import ArtifactError
+from uqcompress.steps import config as fields
 from uqcompress.steps.common import StepResult, build_or_reuse
 from uqcompress.steps.init import model_summary
+
+
+@dataclass(frozen=True)
+class ImportConfig:
+    # Only which files were read decides the result (their fingerprint is the id).
+    trust_remote_code: bool = fields.runtime(False)
+
+    def validate(self) -> None:
+        fields.problems(self).raise_any()
 
 
 def run(

@@ -2,49 +2,80 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from uqcompress.artifacts import ArtifactWriter, OutputPlan
 from uqcompress.errors import ConfigError
+from uqcompress.steps import config as fields
 from uqcompress.steps.common import StepResult, build_or_reuse
+
+
+def parse_sets(values: list[str]) -> dict[str, Any]:
+    """`--set key=value` pairs; values are parsed as JSON when they can be (ints, floats)."""
+    import json
+
+    parsed: dict[str, Any] = {}
+    for item in values:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set {item!r} is not key=value", hint="e.g. --set hidden_size=64")
+        try:
+            parsed[key.strip()] = json.loads(raw)
+        except json.JSONDecodeError:
+            parsed[key.strip()] = raw
+    return parsed
+
+
+def split_labels(text: str | None) -> list[str] | None:
+    """`--labels neg,pos`: comma-separated class names."""
+    return [x.strip() for x in text.split(",")] if text is not None else None
 
 
 @dataclass(frozen=True)
 class InitConfig:
     family: str
     preset: str = "tiny"
-    overrides: dict[str, Any] = field(default_factory=dict)
-    labels: list[str] | None = None
+    overrides: dict[str, Any] = fields.option(
+        name="set", kind=list[str], parse=lambda v: parse_sets(v or []), default_factory=dict
+    )
+    labels: list[str] | None = fields.option(None, kind=str | None, parse=split_labels)
     num_labels: int | None = None
     image_size: int | None = None
     patch_size: int | None = None
     seed: int = 0
 
-    def resolved_labels(self) -> list[str]:
+    def validate(self) -> None:
+        problems = fields.problems(self)
         if (
             self.labels is not None
             and self.num_labels is not None
             and len(self.labels) != self.num_labels
         ):
-            raise ConfigError(
+            problems.add(
                 f"--labels names {len(self.labels)} classes but --num-labels is {self.num_labels}",
                 hint="pass only one of --labels and --num-labels",
             )
         if self.labels is not None:
             if len(set(self.labels)) != len(self.labels) or any(not x for x in self.labels):
-                raise ConfigError(
+                problems.add(
                     f"--labels {','.join(self.labels)} has empty or repeated names",
                     hint="pass distinct names, e.g. --labels neg,pos",
                 )
+        elif self.num_labels is None:
+            problems.add(
+                "the number of classes is unknown",
+                hint="pass --labels a,b,c or --num-labels N (names then come from the data)",
+            )
+        problems.raise_any()
+
+    def resolved_labels(self) -> list[str]:
+        self.validate()
+        if self.labels is not None:
             return list(self.labels)
-        if self.num_labels is not None:
-            return [f"LABEL_{i}" for i in range(self.num_labels)]
-        raise ConfigError(
-            "the number of classes is unknown",
-            hint="pass --labels a,b,c or --num-labels N (names then come from the data)",
-        )
+        assert self.num_labels is not None
+        return [f"LABEL_{i}" for i in range(self.num_labels)]
 
 
 def run(cfg: InitConfig, out: Path | None = None, force: bool = False) -> StepResult:

@@ -9,11 +9,11 @@ from typing import Any
 
 from uqcompress.artifacts import MANIFEST_NAME, Artifact, ArtifactWriter, OutputPlan, SourceRef
 from uqcompress.errors import ArtifactError, ConfigError, IncompatibleInputError, ParityError
+from uqcompress.steps import config as fields
 from uqcompress.steps.common import StepResult, build_or_reuse
 
 PARITY_ATOL = 1e-5  # pruned vs gated full model: the same function, up to float round-off
 PARITY_FILE = "parity.json"  # the worst |diff| per contract output (export/parity.py)
-RUNTIME_KEYS = ("device", "threads")
 
 
 @dataclass(frozen=True)
@@ -24,24 +24,26 @@ class PruneConfig:
     members: int = 1
     select: str = "topk"
     seed: int = 0
-    device: str = "cpu"
-    threads: int = 1
+    device: str = fields.device("cpu")
+    threads: int | None = fields.threads()
 
     def validate(self) -> None:
+        problems = fields.problems(self)
         if self.members < 1:
-            raise ConfigError(
+            problems.add(
                 f"--members {self.members} must be at least 1",
                 hint="pass --members 4 for a 4-member ensemble",
             )
         if self.members == 1 and self.ratio is None:
-            raise ConfigError(
+            problems.add(
                 "--ratio is required for a single pruned model", hint="pass e.g. --ratio 0.5"
             )
         if self.members > 1 and self.scope != "layer":
-            raise ConfigError(
+            problems.add(
                 "--members prunes every member per layer",
                 hint="drop --scope global when using --members",
             )
+        problems.raise_any()
 
 
 def _scores_and_model(input_path: Path, scores_path: Path | None) -> tuple[Artifact, Path]:
@@ -111,7 +113,7 @@ def run(
         kind="model",
         step="prune",
         config={**config, "method": summary.get("method")},
-        id_config={k: v for k, v in config.items() if k not in RUNTIME_KEYS},
+        id_config=fields.id_config(cfg, config),
         inputs=[source.ref, SourceRef.of("scores", scores)],
         device=cfg.device,
     )
@@ -247,7 +249,7 @@ def _run_members(
         kind="members",
         step="prune",
         config={**config, "method": summary.get("method")},
-        id_config={k: v for k, v in config.items() if k not in RUNTIME_KEYS},
+        id_config=fields.id_config(cfg, config),
         inputs=[source.ref, SourceRef.of("scores", scores)],
         device=cfg.device,
     )

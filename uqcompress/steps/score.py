@@ -8,73 +8,76 @@ from pathlib import Path
 from typing import Any
 
 from uqcompress.artifacts import ArtifactWriter, OutputPlan
-from uqcompress.errors import ConfigError, DataError
+from uqcompress.errors import DataError
+from uqcompress.steps import config as fields
 from uqcompress.steps.common import StepResult, build_or_reuse
 
 METHODS = ("taylor", "hies", "circuit", "random", "l2")
 NEEDS_DATA = ("taylor", "hies", "circuit")
 SCORES_FILE = "scores.safetensors"
-RUNTIME_KEYS = ("device", "threads", "data", "ood", "text_column", "label_column")
 
 
 @dataclass(frozen=True)
 class ScoreConfig:
-    method: str
-    data: str | None = None
+    method: str = "hies"
+    # runtime: the data's content fingerprints are in the id instead
+    data: str | None = fields.runtime(None)
     calib_size: int = 32
     alpha: float = 0.5
     his_abs: str = "sample"
     norm_scope: str = "global"
     taylor_layer_l2: bool = False
     taylor_minmax: bool = False
-    ood: str | None = None
+    ood: str | None = fields.runtime(None)
     ratio: float | None = None
     members: int = 1
     seed: int = 0
     batch_size: int = 16
     max_length: int | None = None
-    text_column: str = "text"
-    label_column: str = "label"
-    device: str = "cpu"
-    threads: int = 1
+    text_column: str = fields.runtime("text")
+    label_column: str = fields.runtime("label")
+    device: str = fields.device()
+    threads: int | None = fields.threads()
 
     def validate(self) -> None:
+        problems = fields.problems(self)
         if self.method not in METHODS:
-            raise ConfigError(
+            problems.add(
                 f"unknown --method {self.method!r}", hint=f"use one of: {', '.join(METHODS)}"
             )
         if self.method in NEEDS_DATA and not self.data:
-            raise ConfigError(
+            problems.add(
                 f"--method {self.method} needs --data (calibration examples)",
                 hint="pass --data, e.g. --data builtin:digits@train",
             )
         if self.members < 1:
-            raise ConfigError(
+            problems.add(
                 f"--members {self.members} must be at least 1",
                 hint="pass --members 4 for four score sets",
             )
         if self.calib_size < 1:
-            raise ConfigError(
+            problems.add(
                 f"--calib-size {self.calib_size} must be at least 1", hint="pass --calib-size 32"
             )
         if self.batch_size < 1:
-            raise ConfigError(
+            problems.add(
                 f"--batch-size {self.batch_size} must be at least 1", hint="pass --batch-size 16"
             )
         if self.method == "circuit":
             if self.ratio is None:
-                raise ConfigError(
+                problems.add(
                     "--method circuit searches for a head budget: pass --ratio",
                     hint="e.g. --ratio 0.5 (the same ratio prune will use)",
                 )
-            if not 0.0 <= self.ratio < 1.0:
-                raise ConfigError(
+            elif not 0.0 <= self.ratio < 1.0:
+                problems.add(
                     f"--ratio {self.ratio} is outside [0, 1)", hint="pass e.g. --ratio 0.5"
                 )
         elif self.ood:
-            raise ConfigError(
+            problems.add(
                 "--ood is used by --method circuit only", hint="drop --ood, or use --method circuit"
             )
+        problems.raise_any()
 
 
 def run(
@@ -104,7 +107,7 @@ def run(
         kind="scores",
         step="score",
         config=config,
-        id_config={k: v for k, v in config.items() if k not in RUNTIME_KEYS},
+        id_config=fields.id_config(cfg, config),
         inputs=[source.ref],
         data=entries,
         device=cfg.device,

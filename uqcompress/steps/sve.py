@@ -8,15 +8,15 @@ from typing import Any
 
 from uqcompress.artifacts import ArtifactWriter, OutputPlan
 from uqcompress.errors import ConfigError
+from uqcompress.steps import config as fields
 from uqcompress.steps.common import StepResult, build_or_reuse, load_training_data
-
-RUNTIME_KEYS = ("device", "threads", "data", "val", "text_column", "label_column")
 
 
 @dataclass(frozen=True)
 class SVEConfig:
-    data: str
-    val: str | None = None
+    # runtime: the data's content fingerprints, which cover the columns used, are in the id
+    data: str = fields.runtime()
+    val: str | None = fields.runtime(None)
     members: int = 4
     sigma_init: float = 0.01
     targets: str = "default"
@@ -27,26 +27,42 @@ class SVEConfig:
     batch_size: int = 32
     seed: int = 0
     max_length: int | None = None
-    text_column: str = "text"
-    label_column: str = "label"
+    text_column: str = fields.runtime("text")
+    label_column: str = fields.runtime("label")
     precision: str = "fp32"
-    device: str = "cpu"
-    threads: int = 1
+    device: str = fields.device()
+    threads: int | None = fields.threads()
+
+    def train_config(self) -> Any:
+        from uqcompress.train import TrainConfig
+
+        return TrainConfig(
+            epochs=self.epochs,
+            lr=self.lr,
+            weight_decay=self.weight_decay,
+            batch_size=self.batch_size,
+            seed=self.seed,
+            device=self.device,
+            precision=self.precision,
+        )
 
     def validate(self) -> None:
+        problems = fields.problems(self)
         if self.members < 1:
-            raise ConfigError(
+            problems.add(
                 f"--members {self.members} must be at least 1",
                 hint="pass --members 4 for a 4-member ensemble",
             )
         if not self.sigma_init >= 0:
-            raise ConfigError(
+            problems.add(
                 f"--sigma-init {self.sigma_init} must be 0 or more (it is a noise scale)",
                 hint="pass --sigma-init 0.01 (the paper finds 0.001 to 0.1 robust)",
             )
-        self.rank_value()
+        problems.check(self.rank_value)
         if not self.targets.strip():
-            raise ConfigError("--targets is empty", hint="pass default, attention or a pattern")
+            problems.add("--targets is empty", hint="pass default, attention or a pattern")
+        problems.check(self.train_config().validate)
+        problems.raise_any()
 
     def rank_value(self) -> int | None:
         """None for full rank."""
@@ -68,19 +84,9 @@ def run(
     model_path: Path, cfg: SVEConfig, out: Path | None = None, force: bool = False
 ) -> StepResult:
     from uqcompress.models.loading import refuse_fused, resolve_model_source
-    from uqcompress.train import TrainConfig
 
     cfg.validate()
-    train_cfg = TrainConfig(
-        epochs=cfg.epochs,
-        lr=cfg.lr,
-        weight_decay=cfg.weight_decay,
-        batch_size=cfg.batch_size,
-        seed=cfg.seed,
-        device=cfg.device,
-        precision=cfg.precision,
-    )
-    train_cfg.validate()
+    train_cfg = cfg.train_config()
     source = resolve_model_source(model_path)
     refuse_fused(source, "svd-ensemble")
     loaded_data = load_training_data(cfg.data, cfg.val, cfg.text_column, cfg.label_column)
@@ -90,7 +96,7 @@ def run(
         kind="model",
         step="svd-ensemble",
         config=config,
-        id_config={k: v for k, v in config.items() if k not in RUNTIME_KEYS},
+        id_config=fields.id_config(cfg, config),
         inputs=[source.ref],
         data=loaded_data.entries,
         device=cfg.device,

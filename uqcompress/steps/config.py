@@ -1,0 +1,108 @@
+"""What every step config shares: which fields change results, and checking them all at once.
+
+A config is a frozen dataclass. Fields that do not change the artifact (where or how fast it
+runs, and how data was *named*: the data's content fingerprints are in the id instead) are
+marked `runtime` in the dataclass itself; `id_config` leaves them out of the artifact id.
+
+A field may also say how the command line and recipes spell it (`option`, when the option
+is not the field: `--freeze-head` sets `train_head`), what type the option takes (`kind`, when
+it is not the field's: `--labels a,b` is one string) and how to read it into the field
+(`parse`), and its default as an option where it differs (`option_default`: `--device auto`
+where a config built in code runs on the CPU).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from typing import Any
+
+from uqcompress.errors import Problems
+
+RUNTIME = "runtime"
+
+
+def runtime(default: Any = dataclasses.MISSING, **metadata: Any) -> Any:
+    """A field that does not change the result: kept out of the artifact id."""
+    return dataclasses.field(default=default, metadata={RUNTIME: True, **metadata})
+
+
+def device(option_default: str = "auto") -> Any:
+    """`--device`: resolved before the step runs (auto: cuda if visible, else cpu)."""
+    return runtime("cpu", option_default=option_default)
+
+
+def threads() -> Any:
+    """`--threads`: resolved before the step runs (None: 1, or $UQC_THREADS)."""
+    return runtime(1, option_default=None)
+
+
+def option(
+    default: Any = dataclasses.MISSING,
+    *,
+    name: str | None = None,
+    kind: Any = None,
+    parse: Callable[[Any], Any] | None = None,
+    is_runtime: bool = False,
+    default_factory: Any = dataclasses.MISSING,
+) -> Any:
+    """A field whose option differs from it: another name, type or reading."""
+    metadata: dict[str, Any] = {RUNTIME: is_runtime}
+    if name is not None:
+        metadata["option"] = name
+    if kind is not None:
+        metadata["kind"] = kind
+    if parse is not None:
+        metadata["parse"] = parse
+    if default_factory is not dataclasses.MISSING:
+        return dataclasses.field(default_factory=default_factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def runtime_keys(cfg: Any) -> frozenset[str]:
+    """The names of the fields of `cfg` that do not change results."""
+    return frozenset(f.name for f in dataclasses.fields(cfg) if f.metadata.get(RUNTIME))
+
+
+def id_config(cfg: Any, config: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What goes into the artifact id: the recorded config (default: every field of `cfg`)
+    without the runtime fields of `cfg`."""
+    recorded = dataclasses.asdict(cfg) if config is None else config
+    skip = runtime_keys(cfg)
+    return {k: v for k, v in recorded.items() if k not in skip}
+
+
+def flag(name: str) -> str:
+    """The command-line flag of a field: `--sigma-init` for `sigma_init`."""
+    return "--" + name.replace("_", "-")
+
+
+def non_finite(cfg: Any) -> Problems:
+    """NaN and infinities in float fields. Python's float() accepts 'nan', 'inf' and
+    '-infinity', and no range check catches them (`nan < 0` and `nan > 1` are both False), so
+    such a value would pass validation and fail later under another option's name."""
+    problems = Problems()
+    for field in dataclasses.fields(cfg):
+        values = getattr(cfg, field.name)
+        for number in values if isinstance(values, list | tuple) else (values,):
+            if isinstance(number, float) and not math.isfinite(number):
+                name = flag(field.metadata.get("option", field.name))
+                default = field.default
+                example = (
+                    f", e.g. {name} {default:g} (the default)" if isinstance(default, float) else ""
+                )
+                problems.add(
+                    f"{name} {number} is not a finite number",
+                    hint=f"pass a finite number to {name}{example}",
+                )
+    return problems
+
+
+def problems(cfg: Any) -> Problems:
+    """Start checking a config: non-finite numbers are raised at once (nothing else about
+    them is meaningful); the returned collector takes the config's own problems, and
+    `raise_any()` raises them all together."""
+    found = non_finite(cfg)
+    found.raise_any()
+    return found

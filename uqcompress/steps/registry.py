@@ -1,0 +1,310 @@
+"""Every step, declared once: its name, config dataclass, input roles, how to run it and how to
+plan it. The CLI commands, `uqc run` and `uqc demo` all go through here.
+
+A step's *options* (what `uqc STEP --flag` and a recipe's keys may say) are its input roles,
+its config's fields and `out`; a field says in its metadata when its option is spelled or typed
+otherwise (`steps/config.py`). So a new config field is an option of the recipes at once, and
+its checks (`validate()`, non-finite numbers included) are the same wherever the step runs.
+
+The step modules are imported only when a step is looked at, so importing this module costs
+nothing (`uqc --help` imports no step, and no step module imports torch at its top).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import types
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from uqcompress.steps.common import StepResult
+
+OUT = "out"  # every step's output folder option
+
+
+@dataclass(frozen=True)
+class Role:
+    """An input of a step: artifact (or transformers directory) paths it reads."""
+
+    key: str  # the recipe key and CLI argument name: "model", "models", "input"
+    many: bool = False  # several paths (a variadic argument)
+    required: bool = True
+    flag: str | None = None  # given as an option (prune --scores); None: a positional argument
+
+
+@dataclass(frozen=True)
+class Option:
+    """One thing a command line or a recipe step may say, typed."""
+
+    key: str  # the recipe key: "batch_size", "model", "out"
+    flag: str | None  # "--batch-size"; None for a positional argument
+    kind: type  # int, float, str or bool (paths are str)
+    many: bool  # a list: repeatable option or variadic argument
+    required: bool
+    field: str | None = None  # the config field it sets; None for an input role or `out`
+    role: bool = False  # an input path
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Where a step's artifact would go, and whether an artifact with its id is there."""
+
+    dest: Path
+    reusable: bool
+    kind: str
+    id: str
+
+
+Call = Callable[[Any, dict[str, Any], Any, Path | None, bool], StepResult]
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str  # the CLI command and recipe `run` value
+    module: str  # where its config and run live: "uqcompress.steps.finetune"
+    config_name: str  # the config dataclass in that module
+    inputs: tuple[Role, ...]
+    # (step module, inputs by role key, config, out, force) -> result: the module's own run
+    call: Call
+    # a module function that judges a written artifact (eval: its --gate), raising if it fails
+    verdict_name: str | None = None
+
+    def step_module(self) -> Any:
+        return importlib.import_module(self.module)
+
+    @property
+    def config(self) -> type:
+        cls: type = getattr(self.step_module(), self.config_name)
+        return cls
+
+    def options(self) -> dict[str, Option]:
+        return _options(self)
+
+    # --- from options to a config ---------------------------------------------------------
+
+    def configure(self, values: dict[str, Any]) -> Any:
+        """The config for option values by key (flags already typed, as Typer or the recipe
+        check give them); options not given take their option default."""
+        kwargs: dict[str, Any] = {}
+        by_field = {f.name: f for f in dataclasses.fields(self.config)}
+        for option in self.options().values():
+            if option.field is None:
+                continue
+            field = by_field[option.field]
+            if option.key in values:
+                value = values[option.key]
+                parse = field.metadata.get("parse")
+                kwargs[field.name] = parse(value) if parse is not None else value
+            elif "option_default" in field.metadata:
+                kwargs[field.name] = field.metadata["option_default"]
+        unknown = set(values) - set(self.options())
+        if unknown:  # a caller's mistake, not a user's: the CLI and the recipe check know
+            raise TypeError(f"uqc {self.name} has no option {', '.join(sorted(unknown))}")
+        return self.config(**kwargs)
+
+    def inputs_of(self, values: dict[str, Any]) -> dict[str, Any]:
+        """Input paths by role key: Path, a list of Path, or None (an optional role absent)."""
+        found: dict[str, Any] = {}
+        for role in self.inputs:
+            value = values.get(role.key)
+            if value is None:
+                found[role.key] = [] if role.many else None
+            elif role.many:
+                found[role.key] = [Path(v) for v in value]
+            else:
+                found[role.key] = Path(value)
+        return found
+
+    # --- running --------------------------------------------------------------------------
+
+    def run(
+        self,
+        inputs: dict[str, Any],
+        cfg: Any,
+        out: Path | None = None,
+        force: bool = False,
+        root: Path | None = None,
+    ) -> StepResult:
+        """Check the config (every problem at once), resolve its device and threads, and run
+        the step: reuse an artifact with the same id, else build it. `root`: where an
+        artifact without `out` goes (default: $UQC_ARTIFACTS or ./artifacts)."""
+        from uqcompress.artifacts.writer import artifacts_root
+
+        cfg.validate()  # every problem at once, before any input is read
+        cfg = _with_compute(cfg)
+        with artifacts_root(root):
+            return self.call(self.step_module(), inputs, cfg, out, force)
+
+    def plan(
+        self,
+        inputs: dict[str, Any],
+        cfg: Any,
+        out: Path | None = None,
+        force: bool = False,
+        root: Path | None = None,
+    ) -> Plan:
+        """What `run` would write, without writing, building or downloading anything: the
+        step checks its inputs and computes its id as usual, then stops where work starts."""
+        from uqcompress.planning import PlannedStep, planning
+
+        try:
+            with planning():
+                self.run(inputs, cfg, out, force, root)
+        except PlannedStep as planned:
+            return Plan(planned.dest, planned.reusable, planned.kind, planned.id)
+        raise RuntimeError(f"step {self.name} ran instead of planning")  # skipped the plan
+
+    def execute(
+        self, values: dict[str, Any], force: bool = False, root: Path | None = None
+    ) -> StepResult:
+        """`run` from option values by key (input roles, config options and `out`)."""
+        inputs, cfg, out = self.prepare(values)
+        return self.run(inputs, cfg, out, force, root)
+
+    def prepare(self, values: dict[str, Any]) -> tuple[dict[str, Any], Any, Path | None]:
+        """(inputs, config, out) from option values by key."""
+        roles = {r.key for r in self.inputs}
+        inputs = self.inputs_of(values)
+        out = values.get(OUT)
+        options = {k: v for k, v in values.items() if k not in roles and k != OUT}
+        return inputs, self.configure(options), Path(out) if out is not None else None
+
+    def verdict(self, result: StepResult) -> None:
+        """Raise if the written artifact fails the step's own check (eval --gate: exit 3)."""
+        if self.verdict_name is not None:
+            getattr(self.step_module(), self.verdict_name)(result)
+
+
+def _with_compute(cfg: Any) -> Any:
+    """The config with its device resolved (auto: cuda if visible, else cpu) and its torch
+    threads set, as the step will run."""
+    names = {f.name for f in dataclasses.fields(cfg)}
+    if "device" not in names:
+        return cfg
+    from uqcompress.device import configure_threads, resolve_device
+
+    return replace(cfg, device=resolve_device(cfg.device), threads=configure_threads(cfg.threads))
+
+
+@cache
+def _options(step: Step) -> dict[str, Option]:
+    options: dict[str, Option] = {}
+    for role in step.inputs:
+        options[role.key] = Option(
+            key=role.key,
+            flag=role.flag,
+            kind=str,
+            many=role.many,
+            required=role.required,
+            role=True,
+        )
+    config = step.config
+    hints = typing.get_type_hints(config)
+    for field in dataclasses.fields(config):
+        key = field.metadata.get("option", field.name)
+        kind, many = _base_type(field.metadata.get("kind", hints[field.name]))
+        required = (
+            field.default is dataclasses.MISSING
+            and field.default_factory is dataclasses.MISSING
+            and "option_default" not in field.metadata
+        )
+        options[key] = Option(
+            key=key,
+            flag="--" + key.replace("_", "-"),
+            kind=kind,
+            many=many,
+            required=required,
+            field=field.name,
+        )
+    options[OUT] = Option(key=OUT, flag="--out", kind=str, many=False, required=False)
+    return options
+
+
+def _base_type(hint: Any) -> tuple[type, bool]:
+    """(scalar type, is a list) of a field's type, Optional stripped; paths are str."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in typing.get_args(hint) if a is not type(None)]
+        return _base_type(inner[0])
+    if origin is list:
+        return _base_type(typing.get_args(hint)[0])[0], True
+    if hint in (int, float, bool):
+        return hint, False
+    return str, False
+
+
+# --- the steps ------------------------------------------------------------------------------
+
+MODEL = (Role("model"),)
+
+
+def _one(module: Any, inputs: dict[str, Any], cfg: Any, out: Path | None, force: bool) -> Any:
+    """A step of one model: finetune, score, svd-ensemble, distill-director, calibrate,
+    export."""
+    return module.run(inputs["model"], cfg, out, force)
+
+
+STEPS: dict[str, Step] = {
+    s.name: s
+    for s in (
+        Step(
+            "init",
+            "uqcompress.steps.init",
+            "InitConfig",
+            (),
+            lambda m, i, cfg, out, force: m.run(cfg, out, force),
+        ),
+        Step(
+            "import",
+            "uqcompress.steps.import_",
+            "ImportConfig",
+            (Role("source"),),
+            lambda m, i, cfg, out, force: m.run(i["source"], out, force, cfg.trust_remote_code),
+        ),
+        Step("finetune", "uqcompress.steps.finetune", "FinetuneConfig", MODEL, _one),
+        Step("score", "uqcompress.steps.score", "ScoreConfig", MODEL, _one),
+        Step(
+            "prune",
+            "uqcompress.steps.prune",
+            "PruneConfig",
+            (Role("input"), Role("scores", required=False, flag="--scores")),
+            lambda m, i, cfg, out, force: m.run(i["input"], cfg, i.get("scores"), out, force),
+        ),
+        Step(
+            "fuse",
+            "uqcompress.steps.fuse",
+            "FuseConfig",
+            (Role("members", many=True),),
+            lambda m, i, cfg, out, force: m.run(i["members"], cfg, out, force),
+        ),
+        Step("svd-ensemble", "uqcompress.steps.sve", "SVEConfig", MODEL, _one),
+        Step("distill-director", "uqcompress.steps.director", "DirectorConfig", MODEL, _one),
+        Step("calibrate", "uqcompress.steps.calibrate", "CalibrateConfig", MODEL, _one),
+        Step("export", "uqcompress.steps.export", "ExportConfig", MODEL, _one),
+        Step(
+            "eval",
+            "uqcompress.steps.eval",
+            "EvalConfig",
+            (Role("models", many=True),),
+            lambda m, i, cfg, out, force: m.run(i["models"], cfg, out, force),
+            verdict_name="check_gate",
+        ),
+        Step(
+            "compare",
+            "uqcompress.steps.compare",
+            "CompareConfig",
+            (Role("evals", many=True),),
+            lambda m, i, cfg, out, force: m.run(i["evals"], cfg, out, force),
+        ),
+    )
+}
+
+
+def step(name: str) -> Step:
+    """The step `name` (its CLI command name); KeyError if there is none."""
+    return STEPS[name]
