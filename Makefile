@@ -34,7 +34,7 @@ setup: $(STAMP)
 demo: setup
 	$(BIN)/uqc demo
 
-# Lint and types first, then the tests (pytest's summary is the last line CI prints).
+# Lint, types and layering first, then the tests (pytest's summary is the last line CI prints).
 test: setup lint
 	$(BIN)/python -m pytest -q
 
@@ -42,6 +42,7 @@ lint: setup
 	$(BIN)/ruff check uqcompress tests benchmarks
 	$(BIN)/ruff format --check uqcompress tests benchmarks
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-logo  # the layering contracts in pyproject.toml
 
 # docs/cli.md: every command's --help; tests/test_cli_reference.py fails when it is stale.
 docs: setup
