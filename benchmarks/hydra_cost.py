@@ -198,7 +198,7 @@ def ensemble_flops(loaded: LoadedModel, tokens: int, members: int, slots: Sequen
 
     `slots[l]` is the number of head slots each of the `members` streams computes in layer l.
     """
-    from uqcompress.models.gates import head_dim
+    from uqcompress.models.head_gates import head_dim
 
     config = loaded.config
     hidden, inner, d_head = int(config.hidden_size), int(config.intermediate_size), head_dim(loaded)
@@ -313,7 +313,7 @@ def build_configs(
     """The dense model (it also makes the inputs) and the configurations: single, then per M
     the deep ensemble and Hydra. Paths are where each graph will be exported, inside `tmp`."""
     from uqcompress.export.graph import graph_for
-    from uqcompress.models.gates import heads_per_layer
+    from uqcompress.models.head_gates import heads_per_layer
     from uqcompress.models.hydra_model import HydraSpec
 
     log(f"{shape.name}: building the dense model")

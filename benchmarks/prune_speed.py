@@ -148,7 +148,7 @@ def forward_flops(loaded: LoadedModel, tokens: int) -> int:
 
     Reads each layer's current head count from the model, so uneven pruning counts right.
     """
-    from uqcompress.models.gates import head_dim, heads_per_layer
+    from uqcompress.models.head_gates import head_dim, heads_per_layer
 
     config = loaded.config
     hidden, inner, d_head = int(config.hidden_size), int(config.intermediate_size), head_dim(loaded)
@@ -174,7 +174,7 @@ def prune_copy(shape: Shape, ratio: float, seed: int) -> LoadedModel:
     """A fresh model with `ratio` of each layer's heads removed, chosen by seeded random scores."""
     from uqcompress.methods.pruning import select_heads
     from uqcompress.methods.scoring import random_scores
-    from uqcompress.models.gates import heads_per_layer
+    from uqcompress.models.head_gates import heads_per_layer
     from uqcompress.models.surgery import prune_heads
 
     loaded = shape.build(seed)
@@ -252,7 +252,7 @@ def measure_model(shape: Shape, args: argparse.Namespace) -> list[PruneRow]:
     """One row per ratio in RATIOS; all ratios' sessions are open at once for interleaved timing."""
     from uqcompress.export.graph import graph_for
     from uqcompress.export.onnx import export_graph
-    from uqcompress.models.gates import heads_per_layer
+    from uqcompress.models.head_gates import heads_per_layer
 
     models = [prune_copy(shape, ratio, args.seed) for ratio in RATIOS]
     graphs = [graph_for(loaded.model, loaded.input_kind) for loaded in models]
@@ -336,7 +336,7 @@ def time_circuit(
     are extrapolated linearly to the whole search.
     """
     from uqcompress.methods.scoring import circuit_evaluations, circuit_scores
-    from uqcompress.models.gates import heads_per_layer
+    from uqcompress.models.head_gates import heads_per_layer
 
     counts = heads_per_layer(loaded)
     keep = [h - round(CIRCUIT_RATIO * h) for h in counts]
@@ -360,7 +360,7 @@ def measure_scoring(args: argparse.Namespace) -> tuple[Shape, list[ScoreRow]]:
     import torch
 
     from uqcompress.methods.scoring import hies_scores, l2_scores, random_scores, taylor_scores
-    from uqcompress.models.gates import heads_per_layer
+    from uqcompress.models.head_gates import heads_per_layer
 
     shape = scoring_shape(args.quick)
     loaded = shape.build(args.seed)

@@ -15,9 +15,9 @@ import torch
 
 from tests.conftest import ok
 from uqcompress.artifacts import open_artifact
-from uqcompress.gates import UNCERTAINTY_METRICS
 from uqcompress.models.loading import load_model, resolve_model_source
 from uqcompress.steps import eval as eval_step
+from uqcompress.uq.quality_gates import UNCERTAINTY_METRICS
 
 
 def _member_probs(model_paths: list[Path], texts: list[str]) -> np.ndarray:

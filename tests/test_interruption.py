@@ -241,7 +241,7 @@ def test_an_interrupt_lost_inside_a_del_still_stops_the_run(
 def lost_interrupt(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
     """Deliver SIGINT's handler in-process and drop its KeyboardInterrupt, as a __del__ does;
     the recorded signal is forgotten after the test."""
-    from uqcompress import interrupts
+    from uqcompress.runtime import interrupts
 
     monkeypatch.setattr(interrupts, "_received", None)
 

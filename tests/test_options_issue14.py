@@ -201,7 +201,7 @@ def two_cores(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """A 2-core machine (limit 8 threads); torch's thread count is restored afterwards."""
     import torch
 
-    from uqcompress import device
+    from uqcompress.runtime import device
 
     monkeypatch.setattr(device, "usable_cores", lambda: 2)
     threads = torch.get_num_threads()
@@ -210,7 +210,7 @@ def two_cores(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def test_threads_above_four_times_the_cores_are_refused(two_cores: None) -> None:
-    from uqcompress.device import configure_threads
+    from uqcompress.runtime.device import configure_threads
 
     assert configure_threads(8) == 8  # 4 x 2 cores is the limit, and allowed
     with pytest.raises(ConfigError, match=r"--threads 9 is more than 8 \(4 x the 2 CPU cores"):
@@ -222,7 +222,7 @@ def test_threads_above_four_times_the_cores_are_refused(two_cores: None) -> None
 def test_uqc_threads_above_the_limit_names_the_variable(
     two_cores: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from uqcompress.device import configure_threads
+    from uqcompress.runtime.device import configure_threads
 
     monkeypatch.setenv("UQC_THREADS", "100000")
     with pytest.raises(ConfigError, match="UQC_THREADS=100000 is more than 8"):
@@ -230,6 +230,6 @@ def test_uqc_threads_above_the_limit_names_the_variable(
 
 
 def test_usable_cores_is_positive() -> None:
-    from uqcompress.device import max_threads, usable_cores
+    from uqcompress.runtime.device import max_threads, usable_cores
 
     assert usable_cores() >= 1 and max_threads() == 4 * usable_cores()

@@ -13,13 +13,13 @@ import torch
 from torch import nn
 
 from uqcompress.artifacts import open_artifact
+from uqcompress.engine.train import TrainConfig, no_decay_names, parameter_groups, train
 from uqcompress.methods.hydra import fuse
 from uqcompress.methods.sve import build_sve
 from uqcompress.models.factory import create_model
 from uqcompress.models.grouped import GroupedLinear
 from uqcompress.models.surgery import prune_heads
 from uqcompress.models.sve_model import SVDLinear
-from uqcompress.train import TrainConfig, no_decay_names, parameter_groups, train
 
 LABELS = ["a", "b", "c"]
 TRAINING_COMMANDS = ("finetune", "svd-ensemble", "distill-director")

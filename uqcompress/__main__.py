@@ -2,7 +2,7 @@
 
 import sys
 
-from uqcompress import interrupts
+from uqcompress.runtime import interrupts
 
 
 def main() -> None:

@@ -119,7 +119,7 @@ def test_grouped_linear_equals_a_per_member_loop() -> None:
 def test_padding_stays_exactly_zero_through_training() -> None:
     from torch.utils.data import DataLoader
 
-    from uqcompress.train import TrainConfig, train
+    from uqcompress.engine.train import TrainConfig, train
 
     hydra = fuse(_members("vit", UNEVEN))
     model: Any = hydra.model
@@ -139,7 +139,7 @@ def test_padding_stays_exactly_zero_through_training() -> None:
 
 
 def test_training_loss_is_the_mean_of_member_cross_entropies() -> None:
-    from uqcompress.train import classification_loss
+    from uqcompress.engine.train import classification_loss
 
     hydra = fuse(_members("vit", UNEVEN))
     batch: dict[str, Any] = _batch(hydra)

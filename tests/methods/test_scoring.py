@@ -25,7 +25,7 @@ from uqcompress.methods.scoring import (
     random_scores,
     taylor_scores,
 )
-from uqcompress.models.gates import HeadGates, attention_probabilities, eager_attention
+from uqcompress.models.head_gates import HeadGates, attention_probabilities, eager_attention
 from uqcompress.models.loading import LoadedModel
 from uqcompress.models.tiny import tiny_bert, tiny_vit
 

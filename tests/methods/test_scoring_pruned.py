@@ -22,7 +22,7 @@ from uqcompress.methods.scoring import (
     random_head_scores,
     taylor_scores,
 )
-from uqcompress.models.gates import heads_per_layer
+from uqcompress.models.head_gates import heads_per_layer
 from uqcompress.models.loading import LoadedModel
 from uqcompress.models.surgery import prune_heads
 from uqcompress.models.tiny import tiny_vit

@@ -92,7 +92,7 @@ def test_materialised_model_computes_the_same_function(family: str) -> None:
 def test_only_member_parameters_train_and_singular_vectors_stay_bitwise() -> None:
     from torch.utils.data import DataLoader
 
-    from uqcompress.train import TrainConfig, train
+    from uqcompress.engine.train import TrainConfig, train
 
     base = create_model("vit", LABELS, preset="tiny")
     sve: Any = build_sve(base, members=2, targets="default", rank=None, sigma_init=0.01, seed=0)

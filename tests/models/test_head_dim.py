@@ -9,7 +9,7 @@ import torch
 
 from uqcompress.models.director_model import Transition
 from uqcompress.models.families.base import config_head_dim
-from uqcompress.models.gates import head_dim
+from uqcompress.models.head_gates import head_dim
 from uqcompress.models.hydra_model import HydraLayer
 
 

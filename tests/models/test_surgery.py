@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from uqcompress.methods.pruning import select_heads
-from uqcompress.models.gates import (
+from uqcompress.models.head_gates import (
     HeadGates,
     attention_probabilities,
     eager_attention,

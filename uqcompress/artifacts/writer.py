@@ -24,7 +24,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from uqcompress import __version__, interrupts
+from uqcompress import __version__
 from uqcompress.artifacts.hashing import artifact_id, sha256_file
 from uqcompress.artifacts.kinds import KIND_VERSIONS
 from uqcompress.artifacts.manifest import MANIFEST_NAME, SCHEMA, FileEntry, InputRef, Manifest
@@ -36,6 +36,7 @@ from uqcompress.artifacts.reader import (
     walk_entries,
 )
 from uqcompress.errors import ArtifactError, UqcError
+from uqcompress.runtime import interrupts
 
 TMP_MARKER = ".tmp-"
 

@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from uqcompress import __version__, interrupts
+from uqcompress import __version__
 from uqcompress.cli import (
     calibrate_cmd,
     compare_cmd,
@@ -34,6 +34,7 @@ from uqcompress.cli import (
     sve_cmd,
 )
 from uqcompress.errors import UqcError
+from uqcompress.runtime import interrupts
 
 INTERRUPTED = 130
 
@@ -94,7 +95,7 @@ def _quiet_libraries() -> None:
 
 
 def _error(message: str) -> None:
-    from uqcompress.console import stderr
+    from uqcompress.runtime.console import stderr
 
     stderr.print(
         f"[bold red]error:[/bold red] {message}", soft_wrap=True, markup=True, highlight=False

@@ -39,8 +39,8 @@ def demo(
     from uqcompress.artifacts import default_root
     from uqcompress.cli.output import emit
     from uqcompress.cli.tables import print_metrics
-    from uqcompress.console import stderr
     from uqcompress.errors import QualityGateError
+    from uqcompress.runtime.console import stderr
     from uqcompress.steps import demo as step
 
     start = time.perf_counter()

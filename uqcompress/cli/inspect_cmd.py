@@ -28,7 +28,7 @@ def inspect(
 
     from uqcompress.artifacts import read_manifest
     from uqcompress.artifacts.lineage import walk_lineage
-    from uqcompress.console import stderr
+    from uqcompress.runtime.console import stderr
 
     path = resolve_input(artifact)
     manifest = read_manifest(path)
@@ -80,8 +80,8 @@ def verify(
     """Check every file of an artifact against its recorded size and sha256, and that it holds
     only regular files and no path leading out of it (exit 1 if not)."""
     from uqcompress.artifacts import open_artifact
-    from uqcompress.console import stderr
     from uqcompress.export.contract import ONNX_FILE
+    from uqcompress.runtime.console import stderr
 
     path = resolve_input(artifact)
     opened = open_artifact(path, verify=True)

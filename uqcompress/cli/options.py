@@ -94,6 +94,6 @@ def resolve_input(value: str) -> Path:
 
 def setup_compute(device: str, threads: int | None) -> tuple[str, int]:
     """Resolve --device and set torch threads; returns both as used."""
-    from uqcompress.device import configure_threads, resolve_device
+    from uqcompress.runtime.device import configure_threads, resolve_device
 
     return resolve_device(device), configure_threads(threads)

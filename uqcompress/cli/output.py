@@ -6,12 +6,12 @@ import json
 import sys
 from typing import Any
 
-from uqcompress import interrupts
+from uqcompress.runtime import interrupts
 from uqcompress.steps.common import StepResult
 
 
 def emit(result: StepResult, as_json: bool) -> None:
-    from uqcompress.distributed import is_main_process
+    from uqcompress.runtime.distributed import is_main_process
 
     if not is_main_process():  # one result line per launch, not one per rank
         return

@@ -44,7 +44,7 @@ def predict(
     import sys
 
     from uqcompress.data import load_data
-    from uqcompress.members import open_source
+    from uqcompress.steps.sources import open_source
     from uqcompress.uq.calibration import abstain_scores, abstains
 
     model_path = resolve_input(model)

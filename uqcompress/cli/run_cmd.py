@@ -52,7 +52,6 @@ def run_recipe(
     import sys
 
     from uqcompress.cli.invoke import show
-    from uqcompress.console import stderr
     from uqcompress.recipe.parse import load_recipe
     from uqcompress.recipe.runner import (
         BUILT,
@@ -62,6 +61,7 @@ def run_recipe(
         RunReport,
     )
     from uqcompress.recipe.runner import run_recipe as execute
+    from uqcompress.runtime.console import stderr
 
     checked = load_recipe(recipe, set_ or [])
     failed: GateFailed | None = None

@@ -6,7 +6,7 @@ from typing import Any
 
 from rich.table import Table
 
-from uqcompress.console import stderr
+from uqcompress.runtime.console import stderr
 
 LEADING = (
     ("acc", "acc", "{:.3f}"),

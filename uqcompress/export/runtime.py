@@ -39,7 +39,7 @@ class Prediction:
 
 
 def _providers(device: str) -> list[str]:
-    from uqcompress.deps import require_onnxruntime
+    from uqcompress.runtime.deps import require_onnxruntime
 
     ort = require_onnxruntime()
     available = ort.get_available_providers()
@@ -280,7 +280,7 @@ class Predictor:
     (a text model then needs `tokenizer.json` beside it)."""
 
     def __init__(self, source: Path | str, device: str = "cpu", threads: int | None = None):
-        from uqcompress.deps import require_onnxruntime
+        from uqcompress.runtime.deps import require_onnxruntime
 
         ort = require_onnxruntime()
         source = Path(source)

@@ -31,8 +31,8 @@ from uqcompress.models.kinds import DIRECTOR_KEY
 
 if TYPE_CHECKING:
     from uqcompress.data import LabeledData
+    from uqcompress.engine.train import TrainConfig, TrainResult
     from uqcompress.models.loading import LoadedModel
-    from uqcompress.train import TrainConfig, TrainResult
 
 
 class Distiller(nn.Module):
@@ -112,8 +112,8 @@ def distill(
     comes back on the CPU. `warn` receives what the run's record should say."""
     from uqcompress.data.encoding import encode, make_loader
     from uqcompress.data.labels import map_labels
-    from uqcompress.inference import predict_logits
-    from uqcompress.train import train
+    from uqcompress.engine.inference import predict_logits
+    from uqcompress.engine.train import train
     from uqcompress.uq.metrics import accuracy, ece, softmax
 
     seed = train_cfg.seed

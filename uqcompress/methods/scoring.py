@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from uqcompress.errors import ConfigError, DataError
-from uqcompress.models.gates import (
+from uqcompress.models.head_gates import (
     HeadGates,
     attention_probabilities,
     eager_attention,

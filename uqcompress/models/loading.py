@@ -68,7 +68,7 @@ def resolve_model_source(
 def download_from_hub(repo_id: str) -> Path:
     """Fetch config, tokenizer/processor files and safetensors weights of a Hub model."""
     hint = "pass a local save_pretrained() directory, or go online to download it"
-    from uqcompress.planning import is_planning
+    from uqcompress.runtime.planning import is_planning
 
     if is_planning():  # a dry run downloads nothing
         raise ArtifactError(

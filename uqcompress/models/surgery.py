@@ -60,7 +60,7 @@ def prune_heads(loaded: LoadedModel, keep: list[list[int]]) -> None:
     """
     import torch
 
-    from uqcompress.models.gates import head_dim
+    from uqcompress.models.head_gates import head_dim
 
     layers = loaded.family.attention_layers(loaded.model)
     if len(keep) != len(layers):

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from uqcompress.errors import ConfigError
-from uqcompress.gates import Bound
 from uqcompress.recipe.commands import RESERVED, STEP_COMMANDS, Param, command
+from uqcompress.uq.quality_gates import Bound
 
 STEP_NAME = re.compile(r"[A-Za-z0-9_-]+")
 REFERENCE = re.compile(r"^@([A-Za-z0-9_-]+)$")
@@ -389,7 +389,7 @@ def ood_name(spec: str) -> str:
 
 
 def _gate(raw: Any, steps: list[Step], problems: list[str]) -> Gate | None:
-    from uqcompress.gates import known_metrics, parse_gate
+    from uqcompress.uq.quality_gates import known_metrics, parse_gate
 
     if raw is None:
         return None

@@ -89,7 +89,7 @@ def run_recipe(
     """Run (or, with `dry_run`, plan) every step; then check the gate. `root`: where steps
     without `out` write (default: $UQC_ARTIFACTS or ./artifacts); `show(command, values, result)`
     is called after each step that ran (the CLI prints an eval's metrics)."""
-    from uqcompress.console import stderr
+    from uqcompress.runtime.console import stderr
 
     report = RunReport(recipe=recipe.path, steps=[])
     outcomes: dict[str, StepOutcome] = {}
@@ -157,8 +157,8 @@ def _execute(
     root: Path | None,
     show: Callable[[str, dict[str, Any], StepResult], None] | None,
 ) -> StepOutcome:
-    from uqcompress import interrupts
-    from uqcompress.distributed import is_main_process
+    from uqcompress.runtime import interrupts
+    from uqcompress.runtime.distributed import is_main_process
 
     spec = registered(step.command)
     start = time.perf_counter()
@@ -210,7 +210,7 @@ def _plan(
 def check_gate(recipe: Recipe, outcomes: dict[str, StepOutcome]) -> dict[str, Any]:
     """Bounds of the [gate] table over the gated eval's metrics; exit 3 when one fails."""
     from uqcompress.artifacts import open_artifact
-    from uqcompress.gates import describe_failures, evaluate_gate
+    from uqcompress.uq.quality_gates import describe_failures, evaluate_gate
 
     gate = recipe.gate
     assert gate is not None
@@ -230,7 +230,7 @@ def check_gate(recipe: Recipe, outcomes: dict[str, StepOutcome]) -> dict[str, An
             )
         metrics["params_ratio"] = metrics["parameters"] / base_summary["parameters"]
         if "flops_ratio" in wanted:
-            from uqcompress.flops import eval_flops
+            from uqcompress.engine.flops import eval_flops
 
             metrics["flops_ratio"] = eval_flops(gated.path) / eval_flops(baseline.path)
     missing = sorted(m for m in wanted if metrics.get(m) is None)

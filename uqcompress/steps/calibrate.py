@@ -100,12 +100,12 @@ def run(
 def _calibrate_into(model_path: Path, data: Any, cfg: CalibrateConfig, writer: Any) -> None:
     import numpy as np
 
-    from uqcompress.console import stderr
     from uqcompress.data.encoding import check_input_kind
     from uqcompress.data.labels import map_labels
-    from uqcompress.members import TorchSource
     from uqcompress.models.loading import save_model
+    from uqcompress.runtime.console import stderr
     from uqcompress.steps.init import model_summary
+    from uqcompress.steps.sources import TorchSource
     from uqcompress.uq import calibration as cal
     from uqcompress.uq import metrics as m
     from uqcompress.uq.functional import as_deployed
@@ -180,7 +180,7 @@ def _calibrate_into(model_path: Path, data: Any, cfg: CalibrateConfig, writer: A
 def _print_report(summary: dict[str, Any]) -> None:
     from rich.table import Table
 
-    from uqcompress.console import stderr
+    from uqcompress.runtime.console import stderr
 
     table = Table(title=f"calibration: temperature {summary['temperature']:.4f}")
     for column in ("", "before", "after"):

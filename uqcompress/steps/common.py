@@ -16,10 +16,10 @@ from uqcompress.artifacts import (
     resolve_destination,
 )
 from uqcompress.artifacts.writer import destination_path, is_uqc_manifest
-from uqcompress.console import stderr
-from uqcompress.distributed import is_main_process
 from uqcompress.errors import ArtifactError
-from uqcompress.planning import PlannedStep, is_planning
+from uqcompress.runtime.console import stderr
+from uqcompress.runtime.distributed import is_main_process
+from uqcompress.runtime.planning import PlannedStep, is_planning
 
 
 def _refuse_unsafe_destination(dest: Path, out_given: bool, plan: OutputPlan) -> None:
@@ -125,9 +125,9 @@ def train_into(
     """Load the model of `source`, fine-tune it (`train.fine_tune`, `transform` included) and
     save it into `directory`; returns the summary and the warnings for its manifest."""
     from uqcompress.data.encoding import check_input_kind
+    from uqcompress.engine.train import fine_tune
     from uqcompress.models.loading import calibration_dropped, load_model, save_model
     from uqcompress.steps.init import model_summary
-    from uqcompress.train import fine_tune
 
     warnings: list[str] = []
     loaded = load_model(source)

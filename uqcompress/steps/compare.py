@@ -126,7 +126,7 @@ def ood_sets(metrics: list[dict[str, Any]]) -> list[str]:
 
 def comparison(rows: list[Row], baseline: int) -> dict[str, Any]:
     """Columns and one record per model; `latency_ratio` is to the baseline row."""
-    from uqcompress.gates import UNCERTAINTY_METRICS
+    from uqcompress.uq.quality_gates import UNCERTAINTY_METRICS
 
     sets = ood_sets([r.metrics for r in rows])
     columns = list(BASE_COLUMNS)

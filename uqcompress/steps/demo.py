@@ -95,7 +95,7 @@ def _run(name: str, inputs: dict[str, Any], cfg: Any, out: Path, force: bool) ->
 
 
 def run(out: Path, quick: bool, device: str, threads: int, force: bool = False) -> DemoResult:
-    from uqcompress.console import stderr
+    from uqcompress.runtime.console import stderr
 
     plan = QUICK if quick else FULL
     models = []
@@ -269,7 +269,7 @@ def _hydra(
 ) -> tuple[StepResult, StepResult]:
     """M members that share no head (HIES ranking dealt round-robin), fused into one Hydra
     model, fine-tuned jointly, exported to ONNX."""
-    from uqcompress.console import stderr
+    from uqcompress.runtime.console import stderr
 
     stderr.print(f"[bold]Hydra: {plan.members} members, fused[/bold]")
     members = _run(

@@ -39,7 +39,7 @@ class DirectorConfig:
     threads: int | None = fields.threads()
 
     def train_config(self) -> Any:
-        from uqcompress.train import TrainConfig
+        from uqcompress.engine.train import TrainConfig
 
         return TrainConfig(
             epochs=self.epochs,

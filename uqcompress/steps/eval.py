@@ -49,9 +49,9 @@ def run(
     model_paths: list[Path], cfg: EvalConfig, out: Path | None = None, force: bool = False
 ) -> StepResult:
     from uqcompress.data import load_data
-    from uqcompress.gates import known_metrics, parse_gate
-    from uqcompress.members import peek_source
+    from uqcompress.steps.sources import peek_source
     from uqcompress.uq import numerics_tags
+    from uqcompress.uq.quality_gates import known_metrics, parse_gate
 
     if not model_paths:
         raise ConfigError("no model to evaluate", hint="pass one or more MODEL paths")
@@ -79,7 +79,7 @@ def run(
             f"--ood sets share a name ({', '.join(names)})",
             hint="give each OOD file a distinct file name",
         )
-    from uqcompress.members import peek_calibration
+    from uqcompress.steps.sources import peek_calibration
 
     calibration = peek_calibration(model_paths[0]) if len(model_paths) == 1 else None
     known = known_metrics(
@@ -104,10 +104,10 @@ def run(
 
     def build(writer: ArtifactWriter) -> None:
         from uqcompress.data.labels import map_labels
-        from uqcompress.gates import evaluate_gate
-        from uqcompress.members import combine, open_source
+        from uqcompress.steps.sources import combine, open_source
         from uqcompress.uq import metrics as m
         from uqcompress.uq.plots import save_ood_histograms, save_reliability_diagram
+        from uqcompress.uq.quality_gates import evaluate_gate
 
         sources = [
             open_source(p, role, cfg.device, cfg.threads, cfg.samples)
@@ -235,7 +235,7 @@ def check_gate(result: StepResult) -> None:
     verdict = result.artifact.manifest.summary.get("gate")
     if verdict is not None and not verdict["passed"]:
         from uqcompress.errors import QualityGateError
-        from uqcompress.gates import describe_failures
+        from uqcompress.uq.quality_gates import describe_failures
 
         raise QualityGateError(
             f"quality gate failed: {describe_failures(verdict)}",

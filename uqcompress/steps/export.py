@@ -50,7 +50,7 @@ def run(
 
     cfg.validate()
     if cfg.format == "onnx":
-        from uqcompress.deps import require_onnxruntime
+        from uqcompress.runtime.deps import require_onnxruntime
 
         require_onnxruntime()  # the parity gate needs it: fail before the export, not after
     source = resolve_model_source(model_path)
@@ -130,7 +130,6 @@ def _write_onnx(
     cfg: ExportConfig,
     writer: ArtifactWriter,
 ) -> None:
-    from uqcompress.console import stderr
     from uqcompress.export import contract
     from uqcompress.export.graph import graph_for
     from uqcompress.export.onnx import (
@@ -142,6 +141,7 @@ def _write_onnx(
     )
     from uqcompress.export.runtime import Predictor
     from uqcompress.models.sve_model import is_sve_config
+    from uqcompress.runtime.console import stderr
 
     temperature = loaded.calibration.temperature if loaded.calibration is not None else 1.0
     # the reference of the parity gate (a calibrated model's temperature included)

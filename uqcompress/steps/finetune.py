@@ -29,7 +29,7 @@ class FinetuneConfig:
     threads: int | None = fields.threads()
 
     def train_config(self) -> Any:
-        from uqcompress.train import TrainConfig
+        from uqcompress.engine.train import TrainConfig
 
         return TrainConfig(
             epochs=self.epochs,

@@ -53,7 +53,6 @@ def run(
     )
 
     def build(writer: ArtifactWriter) -> None:
-        from uqcompress.console import stderr
         from uqcompress.methods.hydra import check_fusable, fuse, mlp_spread
         from uqcompress.models.loading import (
             calibration_dropped,
@@ -61,6 +60,7 @@ def run(
             resolve_model_source,
             save_model,
         )
+        from uqcompress.runtime.console import stderr
         from uqcompress.steps.init import model_summary
 
         loaded = [load_model(resolve_model_source(p)) for p in members.paths]

@@ -123,7 +123,7 @@ def run(
         from safetensors.torch import load_file
 
         from uqcompress.methods.pruning import check_scores_fit, select_heads
-        from uqcompress.models.gates import heads_per_layer
+        from uqcompress.models.head_gates import heads_per_layer
         from uqcompress.models.loading import calibration_dropped, load_model, save_model
         from uqcompress.models.surgery import kept_heads, prune_heads
 
@@ -229,7 +229,7 @@ def _gated_logits(loaded: Any, keep: list[list[int]], batch: dict[str, Any]) -> 
     """The full model's logits with every removed head's gate at 0: what pruning must equal."""
     import torch
 
-    from uqcompress.models.gates import HeadGates
+    from uqcompress.models.head_gates import HeadGates
 
     with torch.inference_mode(), HeadGates(loaded) as gates:
         for layer, heads in enumerate(keep):
@@ -264,7 +264,7 @@ def _run_members(
             member_keep_count,
             select_member_heads,
         )
-        from uqcompress.models.gates import heads_per_layer
+        from uqcompress.models.head_gates import heads_per_layer
         from uqcompress.models.loading import calibration_dropped, load_model, save_model
         from uqcompress.models.surgery import prune_heads
 

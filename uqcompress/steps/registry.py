@@ -150,7 +150,7 @@ class Step:
     ) -> Plan:
         """What `run` would write, without writing, building or downloading anything: the
         step checks its inputs and computes its id as usual, then stops where work starts."""
-        from uqcompress.planning import PlannedStep, planning
+        from uqcompress.runtime.planning import PlannedStep, planning
 
         try:
             with planning():
@@ -186,7 +186,7 @@ def _with_compute(cfg: Any) -> Any:
     names = {f.name for f in dataclasses.fields(cfg)}
     if "device" not in names:
         return cfg
-    from uqcompress.device import configure_threads, resolve_device
+    from uqcompress.runtime.device import configure_threads, resolve_device
 
     return replace(cfg, device=resolve_device(cfg.device), threads=configure_threads(cfg.threads))
 

@@ -228,7 +228,7 @@ def _compute(
     )
     from rich.progress import Progress
 
-    from uqcompress.console import stderr
+    from uqcompress.runtime.console import stderr
 
     with Progress(console=stderr, transient=True) as progress:
         task = progress.add_task("circuit search", total=None)

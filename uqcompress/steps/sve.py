@@ -34,7 +34,7 @@ class SVEConfig:
     threads: int | None = fields.threads()
 
     def train_config(self) -> Any:
-        from uqcompress.train import TrainConfig
+        from uqcompress.engine.train import TrainConfig
 
         return TrainConfig(
             epochs=self.epochs,

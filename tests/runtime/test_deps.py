@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from uqcompress.deps import require_onnxruntime
 from uqcompress.errors import DependencyError
+from uqcompress.runtime.deps import require_onnxruntime
 
 
 def test_onnxruntime_is_found_when_installed() -> None:

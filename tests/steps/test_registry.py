@@ -17,7 +17,7 @@ from uqcompress.errors import ConfigError, ConfigProblems
 from uqcompress.steps import config as fields
 from uqcompress.steps.registry import STEPS, step
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _typer_params(name: str) -> dict[str, tuple[str | None, type, bool, bool, Any]]:

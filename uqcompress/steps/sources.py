@@ -82,7 +82,7 @@ class TorchSource(PredictionSource):
 
     def predict(self, data: LabeledData, batch_size: int, max_length: int | None) -> MemberOutputs:
         from uqcompress.data.encoding import encode
-        from uqcompress.inference import predict_logits
+        from uqcompress.engine.inference import predict_logits
         from uqcompress.uq.functional import as_deployed
 
         encoded = encode(data, self.loaded, np.zeros(len(data), dtype=np.int64), max_length)

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from uqcompress import interrupts
 from uqcompress.errors import ConfigError
+from uqcompress.runtime import interrupts
 
 if TYPE_CHECKING:
     import torch
@@ -42,8 +42,8 @@ class TrainConfig:
 
     def validate(self) -> None:
         """Every problem at once (errors.ConfigProblems; one problem reads as itself)."""
-        from uqcompress.distributed import world_size
         from uqcompress.errors import Problems
+        from uqcompress.runtime.distributed import world_size
 
         problems = Problems()
         if self.epochs < 1:
@@ -175,7 +175,7 @@ def train(
         TimeRemainingColumn,
     )
 
-    from uqcompress.console import stderr
+    from uqcompress.runtime.console import stderr
 
     cfg.validate()
     set_seed(cfg.seed)
@@ -280,7 +280,7 @@ def fine_tune(
     """
     from uqcompress.data.encoding import encode, make_loader
     from uqcompress.data.labels import map_labels
-    from uqcompress.inference import predict_logits
+    from uqcompress.engine.inference import predict_logits
     from uqcompress.models.loading import has_default_labels
     from uqcompress.uq.metrics import accuracy, softmax
 

@@ -12,7 +12,7 @@ import pytest
 
 from uqcompress.artifacts import open_artifact
 from uqcompress.errors import ConfigError
-from uqcompress.gates import (
+from uqcompress.uq.quality_gates import (
     Bound,
     describe_failures,
     evaluate_gate,
