@@ -15,7 +15,6 @@ from uqcompress.data.encoding import encode, make_loader, model_inputs
 from uqcompress.errors import ConfigError, DataError
 from uqcompress.methods.scoring import (
     attention_entropy,
-    auroc,
     circuit_evaluations,
     circuit_scores,
     gate_gradient,
@@ -28,6 +27,7 @@ from uqcompress.methods.scoring import (
 from uqcompress.models.head_gates import HeadGates, attention_probabilities, eager_attention
 from uqcompress.models.loading import LoadedModel
 from uqcompress.models.tiny import tiny_bert, tiny_vit
+from uqcompress.uq.functional import auroc
 
 TEXTS = [
     "good movie",

@@ -84,3 +84,20 @@ def test_as_deployed_is_the_graphs_float32_computation() -> None:
         graph = [t.numpy() for t in uncertainty_outputs(torch.from_numpy(logits))]
     for got, want in zip(deployed, graph, strict=True):
         assert got.dtype == np.float32 and np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_torch_and_numpy_auroc_agree_with_sklearn_with_ties(seed: int) -> None:
+    """One AUROC per array library: the torch twin (circuit search) and the numpy metric
+    (eval) give sklearn's value, ties included (scores rounded to force them)."""
+    from sklearn.metrics import roc_auc_score
+
+    from uqcompress.uq.functional import auroc
+    from uqcompress.uq.metrics import ood_detection
+
+    rng = np.random.default_rng(seed)
+    s_in = np.round(rng.normal(0.0, 1.0, 200), 1)
+    s_out = np.round(rng.normal(0.7, 1.0, 150), 1)
+    expected = roc_auc_score(np.r_[np.zeros(200), np.ones(150)], np.r_[s_in, s_out])
+    assert auroc(torch.from_numpy(s_in), torch.from_numpy(s_out)) == pytest.approx(expected)
+    assert ood_detection(s_in, s_out)["auroc"] == pytest.approx(expected)

@@ -40,6 +40,13 @@ class TrainConfig:
     device: str = "cpu"
     precision: str = "fp32"  # or "bf16": mixed precision through accelerate
 
+    @classmethod
+    def of(cls, step_config: Any) -> TrainConfig:
+        """The training options of a training step's config: its fields of the same names
+        (a step without `precision` trains in fp32)."""
+        names = ("epochs", "lr", "weight_decay", "batch_size", "seed", "device", "precision")
+        return cls(**{n: getattr(step_config, n) for n in names if hasattr(step_config, n)})
+
     def validate(self) -> None:
         """Every problem at once (errors.ConfigProblems; one problem reads as itself)."""
         from uqcompress.errors import Problems

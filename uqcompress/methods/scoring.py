@@ -37,6 +37,7 @@ from uqcompress.models.head_gates import (
     head_dim,
     heads_per_layer,
 )
+from uqcompress.uq.functional import auroc
 
 if TYPE_CHECKING:
     from uqcompress.models.loading import LoadedModel
@@ -46,7 +47,6 @@ __all__ = [
     "NORM_SCOPES",
     "absent_slots",
     "attention_entropy",
-    "auroc",
     "circuit_evaluations",
     "circuit_scores",
     "gate_gradient",
@@ -481,26 +481,6 @@ def hies_scores(
 
 
 # --------------------------------------------------------------------------- circuit search
-
-
-def auroc(scores_in: Tensor, scores_out: Tensor) -> float:
-    """AUROC of separating OOD (positive) from in-distribution by a score, higher = more OOD.
-
-    P(s_out > s_in) + 0.5 P(s_out == s_in), from mid-ranks (Mann-Whitney U / (n_in n_out));
-    equals sklearn's `roc_auc_score` without needing it at runtime.
-
-    Shape: scores_in `[N_in]`, scores_out `[N_out]` -> float.
-    """
-    n_in, n_out = scores_in.numel(), scores_out.numel()
-    if n_in == 0 or n_out == 0:
-        raise ValueError("auroc needs at least one in-distribution and one OOD score")
-    scores = torch.cat([scores_in.reshape(-1), scores_out.reshape(-1)]).to(torch.float64)
-    _, inverse, counts = torch.unique(scores, sorted=True, return_inverse=True, return_counts=True)
-    ends = counts.cumsum(0).to(torch.float64)  # 1-based rank of each tie group's last member
-    mid_rank = ends - (counts.to(torch.float64) - 1.0) / 2.0
-    rank_sum_out = mid_rank[inverse][n_in:].sum()
-    u_stat = rank_sum_out - n_out * (n_out + 1) / 2.0
-    return float(u_stat / (n_in * n_out))
 
 
 def circuit_evaluations(keep_per_layer: list[int], num_heads: int | list[int]) -> int:

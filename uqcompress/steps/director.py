@@ -41,14 +41,7 @@ class DirectorConfig:
     def train_config(self) -> Any:
         from uqcompress.engine.train import TrainConfig
 
-        return TrainConfig(
-            epochs=self.epochs,
-            lr=self.lr,
-            weight_decay=self.weight_decay,
-            batch_size=self.batch_size,
-            seed=self.seed,
-            device=self.device,
-        )
+        return TrainConfig.of(self)
 
     def validate(self) -> None:
         from uqcompress.methods.director import LOSSES

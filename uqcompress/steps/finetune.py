@@ -31,15 +31,7 @@ class FinetuneConfig:
     def train_config(self) -> Any:
         from uqcompress.engine.train import TrainConfig
 
-        return TrainConfig(
-            epochs=self.epochs,
-            lr=self.lr,
-            weight_decay=self.weight_decay,
-            batch_size=self.batch_size,
-            seed=self.seed,
-            device=self.device,
-            precision=self.precision,
-        )
+        return TrainConfig.of(self)
 
     def validate(self) -> None:
         problems = fields.problems(self)
