@@ -49,4 +49,4 @@ docs: setup
 	$(BIN)/python -m uqcompress.cli.reference > docs/cli.md
 
 clean:
-	rm -rf $(VENV) artifacts/demo artifacts/demo-quick
+	rm -rf $(VENV) artifacts/demo artifacts/demo-quick .grimp_cache

@@ -37,7 +37,7 @@ from uqcompress.models.head_gates import (
     head_dim,
     heads_per_layer,
 )
-from uqcompress.uq.functional import auroc
+from uqcompress.uq.functional import auroc, entropy
 
 if TYPE_CHECKING:
     from uqcompress.models.loading import LoadedModel
@@ -497,9 +497,11 @@ def circuit_evaluations(keep_per_layer: list[int], num_heads: int | list[int]) -
 
 
 def _predictive_entropy(logits: Tensor) -> Tensor:
-    """Shape: `[B, C]` -> `[B]` (nats)."""
-    log_p = F.log_softmax(logits, dim=-1)
-    return -(log_p.exp() * log_p).sum(dim=-1)
+    """The predictive entropy (uq/functional's one definition) of one model's logits.
+
+    Shape: `[B, C]` float64 -> `[B]` (nats).
+    """
+    return entropy(torch.softmax(logits, dim=-1))
 
 
 def _objective(
