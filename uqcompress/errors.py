@@ -73,10 +73,9 @@ class ConfigProblems(ConfigError):
             super().__init__(first.message, first.hint)
         else:
             lines = [f"  {p.message}" + (f" (fix: {p.hint})" if p.hint else "") for p in problems]
-            super().__init__(
-                f"{len(problems)} problems with the options:\n" + "\n".join(lines),
-                hint="fix the options named above",
-            )
+            # Each line carries its own fix: a closing "(fix: fix the options above)" would
+            # only repeat them.
+            super().__init__(f"{len(problems)} problems with the options:\n" + "\n".join(lines))
         self.problems = problems
 
 

@@ -140,6 +140,7 @@ def test_one_problem_reads_as_before_and_several_are_listed_together() -> None:
     assert lines[2].startswith("  --members 0 must be at least 1 (fix: ")
     assert lines[3].startswith("  --calib-size 0 must be at least 1 (fix: ")
     assert len(several.value.problems) == 3
+    assert several.value.hint is None  # every line has its own fix
 
 
 def test_training_problems_are_collected_with_the_step_problems() -> None:
