@@ -121,16 +121,21 @@ def destination_path(plan: OutputPlan, out: Path | None) -> Path:
     return Path(out) if out is not None else default_root() / f"{plan.kind}-{plan.id[:8]}"
 
 
-def is_uqc_manifest(path: Path) -> bool:
-    """Whether ``path`` is a regular file holding a uqcompress manifest (schema tag), however
-    damaged the rest of it is."""
+def uqc_manifest_json(path: Path) -> dict[str, Any] | None:
+    """The parsed JSON of ``path`` if it is a regular file holding a uqcompress manifest
+    (schema tag), however damaged the rest of it is; else None."""
     if path.is_symlink() or not path.is_file():
-        return False
+        return None
     try:
         raw = load_manifest_json(path)
     except UqcError:
-        return False
-    return isinstance(raw, dict) and raw.get("schema") == SCHEMA
+        return None
+    return raw if isinstance(raw, dict) and raw.get("schema") == SCHEMA else None
+
+
+def is_uqc_manifest(path: Path) -> bool:
+    """Whether ``path`` is a regular file holding a uqcompress manifest."""
+    return uqc_manifest_json(path) is not None
 
 
 def refuse_unless_replaceable(dest: Path) -> None:
@@ -145,9 +150,10 @@ def refuse_unless_replaceable(dest: Path) -> None:
         hint="choose another --out, or move those files away yourself",
     )
     manifest_path = dest / MANIFEST_NAME
-    if not is_uqc_manifest(manifest_path):
+    raw = uqc_manifest_json(manifest_path)
+    if raw is None:
         raise refusal
-    files = load_manifest_json(manifest_path).get("files")
+    files = raw.get("files")
     listed = set(files) if isinstance(files, dict) else set()
     # A folder is the artifact's own when it leads to a listed file.
     folders = {"/".join(rel.split("/")[:i]) for rel in listed for i in range(1, rel.count("/") + 1)}
@@ -185,13 +191,13 @@ def resolve_destination(
         raise ArtifactError(
             f"--out {dest} is a file, not a folder", hint="choose a directory path for --out"
         )
+    if force:
+        refuse_unless_replaceable(dest)
+        return dest, None
     try:
         existing = read_manifest(dest)
     except UqcError:
         existing = None
-    if force:
-        refuse_unless_replaceable(dest)
-        return dest, None
     if existing is not None and existing.id == plan.id and existing.kind == plan.kind:
         try:
             return dest, open_artifact(dest)

@@ -19,9 +19,11 @@ max-over-differences hides:
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -143,3 +145,12 @@ def contract_outputs(member_logits: Any) -> dict[str, Any]:
         "entropy": outputs.entropy,
         "mutual_info": outputs.mutual_info,
     }
+
+
+PARITY_FILE = "parity.json"  # in every artifact whose step checked a rewrite
+
+
+def save_parity(directory: Path, report: Any) -> None:
+    """Write a parity check's numbers (`Parity` or the export's report: anything with
+    `to_dict()`) as `parity.json` in an artifact being built."""
+    (Path(directory) / PARITY_FILE).write_text(json.dumps(report.to_dict(), indent=2) + "\n")

@@ -26,7 +26,7 @@ from uqcompress.methods.director import (
     record_teacher_states,
     sampled_ce,
 )
-from uqcompress.models.director_model import DirectorModel, student_trainable
+from uqcompress.models.director_model import DirectorModel
 from uqcompress.models.kinds import DIRECTOR_KEY
 
 if TYPE_CHECKING:
@@ -118,7 +118,6 @@ def distill(
 
     seed = train_cfg.seed
     student = build_student(teacher, replace_last, depth, samples, seed, train_head)
-    student_trainable(student, train_head)
     config = copy.deepcopy(teacher.config)
     setattr(config, DIRECTOR_KEY, student.spec.to_dict())
     student.config = config

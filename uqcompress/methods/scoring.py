@@ -96,11 +96,18 @@ def pad_rows(rows: list[Tensor], counts: list[int]) -> Tensor:
 
     Shape: rows `[H_l]` each -> `[L, H]` (the rows' dtype, at least float32), on CPU.
     """
-    dtype = torch.promote_types(rows[0].dtype, torch.float32) if rows else torch.float32
-    out = torch.full((len(counts), max(counts)), math.nan, dtype=dtype)
-    for layer, (row, count) in enumerate(zip(rows, counts, strict=True)):
-        out[layer, :count] = row.detach().to("cpu", dtype)
-    return out
+    if len(rows) != len(counts) or any(r.numel() != c for r, c in zip(rows, counts, strict=True)):
+        raise ValueError(f"score rows of sizes {[r.numel() for r in rows]} for heads {counts}")
+    if not rows:
+        return torch.full((0, 0), math.nan)
+    dtype = torch.promote_types(rows[0].dtype, torch.float32)
+    # Padded where the rows live, then one copy to the CPU (not one device sync per layer).
+    padded = torch.nn.utils.rnn.pad_sequence(
+        [row.detach().reshape(-1).to(dtype) for row in rows],
+        batch_first=True,
+        padding_value=math.nan,
+    )
+    return padded.to("cpu")
 
 
 def _device(model: nn.Module) -> torch.device:

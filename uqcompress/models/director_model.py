@@ -79,10 +79,6 @@ class DirectorSpec:
         )
 
 
-def is_director_config(config: Any) -> bool:
-    return getattr(config, DIRECTOR_KEY, None) is not None
-
-
 # --- the families it re-partitions --------------------------------------------------------
 
 

@@ -81,10 +81,6 @@ class HydraSpec:
         return cls(members=int(raw["members"]), kept_heads=kept)
 
 
-def is_hydra_config(config: Any) -> bool:
-    return getattr(config, HYDRA_KEY, None) is not None
-
-
 class MemberLayerNorm(nn.Module):
     """LayerNorm with its own scale and shift per member.
 

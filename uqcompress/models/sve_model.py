@@ -164,10 +164,6 @@ def freeze_all_but_members(model: nn.Module) -> None:
                 param.requires_grad_(True)
 
 
-def is_sve_config(config: Any) -> bool:
-    return getattr(config, SVE_KEY, None) is not None
-
-
 def install_layers(
     inner: Any, spec: SVESpec, generator: torch.Generator | None, classifier: str
 ) -> None:

@@ -215,7 +215,7 @@ def _steps(raw: Any, variables: dict[str, Any], problems: list[str]) -> list[Ste
                 continue
             param = cmd.params.get(key)
             if param is None:
-                options = ", ".join(k for k in cmd.params if k not in RESERVED)
+                options = ", ".join(cmd.params)
                 problems.append(f"{where}.{key}: not an option of uqc {run} (options: {options})")
                 continue
             expanded = _expand(value, variables, f"{where}.{key}", problems)

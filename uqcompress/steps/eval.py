@@ -137,7 +137,7 @@ def run(
         metrics["aurc"] = m.aurc(probs, label_ids)
         if outputs.member_logits.shape[1] > 1:
             metrics["disagreement"] = m.disagreement(member_probs)
-            metrics.update(uncertainty_means(outputs.member_logits))
+            metrics.update(m.uncertainty_means(member_probs))
         n = len(label_ids)
         metrics.update(
             {
@@ -180,29 +180,6 @@ def run(
             writer.summary["gate"] = evaluate_gate(bounds, metrics)
 
     return build_or_reuse(plan, out, force, build)
-
-
-def uncertainty_means(member_logits: np.ndarray) -> dict[str, float]:
-    """Test-set means of the ensemble's uncertainty decomposition, in nats (TorchUncertainty's
-    ensemble metrics): `entropy` = H(mean_m p_m) (predictive, total), `aleatoric` =
-    mean_m H(p_m) (expected entropy) and `mi` = their difference (mutual information,
-    epistemic), each from `uq.functional` in float64.
-
-    Shape: member_logits `[N, M, C]`.
-    """
-    import torch
-
-    from uqcompress.uq import functional as F
-
-    logits = torch.from_numpy(np.asarray(member_logits, dtype=np.float64))
-    total = F.entropy(F.mean_probs(logits))  # [N]
-    aleatoric = F.entropy(torch.softmax(logits, dim=-1)).mean(dim=1)  # [N, M] -> [N]
-    mi = F.mutual_information(logits)  # [N]
-    return {
-        "entropy": float(total.mean()),
-        "aleatoric": float(aleatoric.mean()),
-        "mi": float(mi.mean()),
-    }
 
 
 def _jsonable(values: np.ndarray) -> list[float | None]:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from uqcompress.artifacts import ArtifactWriter, OutputPlan
 from uqcompress.errors import ConfigError, ParityError
+from uqcompress.export.parity import save_parity
 from uqcompress.steps import config as fields
 from uqcompress.steps.common import StepResult, build_or_reuse
 from uqcompress.uq import numerics_tags
@@ -140,7 +140,7 @@ def _write_onnx(
         write_metadata,
     )
     from uqcompress.export.runtime import Predictor
-    from uqcompress.models.sve_model import is_sve_config
+    from uqcompress.models.kinds import SVE
     from uqcompress.runtime.console import stderr
 
     temperature = loaded.calibration.temperature if loaded.calibration is not None else 1.0
@@ -150,14 +150,14 @@ def _write_onnx(
     if cfg.materialize:
         from uqcompress.methods.sve import materialize
 
-        if not is_sve_config(loaded.config):
+        if not SVE.marks(loaded.config):
             raise ConfigError(
                 "--materialize applies to Singular Value Ensembles (uqc svd-ensemble)",
                 hint="drop --materialize",
             )
         exported = graph_for(materialize(loaded.model), loaded.input_kind, temperature)
         writer.summary["sve_form"] = "materialized"
-    elif is_sve_config(loaded.config):
+    elif SVE.marks(loaded.config):
         writer.summary["sve_form"] = "factorised"
     onnx_path = writer.dir / contract.ONNX_FILE
     stderr.print(f"[dim]exporting {loaded.family.name} to ONNX (opset {cfg.opset})...[/dim]")
@@ -174,7 +174,7 @@ def _write_onnx(
             hint="report this with the model; try another --opset, or loosen --atol only if "
             "the difference is harmless",
         )
-    (writer.dir / "parity.json").write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+    save_parity(writer.dir, report)
     writer.summary.update(
         {
             "format": "onnx",

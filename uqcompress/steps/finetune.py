@@ -8,7 +8,7 @@ from typing import Any
 
 from uqcompress.artifacts import ArtifactWriter, OutputPlan
 from uqcompress.steps import config as fields
-from uqcompress.steps.common import StepResult, build_or_reuse, load_training_data
+from uqcompress.steps.common import StepResult, build_or_reuse, load_training_data, train_into
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,9 @@ def run(
         return _run_members(model_path, cfg, train_cfg, train_data, val_data, plan, out, force)
 
     def build(writer: ArtifactWriter) -> None:
-        summary, warnings = _train_into(source, cfg, train_cfg, train_data, val_data, writer.dir)
+        summary, warnings = train_into(
+            source, train_cfg, train_data, val_data, writer.dir, max_length=cfg.max_length
+        )
         writer.summary.update(summary)
         for warning in warnings:
             writer.warn(warning)
@@ -86,20 +88,6 @@ def _refuse_student(source: Any) -> None:
             f"{source.path} is a DIRECTOR student; finetune would train it without its teacher",
             hint="distil again with uqc distill-director TEACHER --epochs N",
         )
-
-
-def _train_into(
-    source: Any,
-    cfg: FinetuneConfig,
-    train_cfg: Any,
-    train_data: Any,
-    val_data: Any,
-    directory: Path,
-) -> tuple[dict[str, Any], list[str]]:
-    """Fine-tune the model of `source` into `directory` (`steps.common.train_into`)."""
-    from uqcompress.steps.common import train_into
-
-    return train_into(source, train_cfg, train_data, val_data, directory, max_length=cfg.max_length)
 
 
 def _is_members(path: Path) -> bool:
@@ -132,14 +120,13 @@ def _run_members(
     def build(writer: ArtifactWriter) -> None:
         curves = []
         for m in range(count):
-            member_cfg = replace(cfg, seed=cfg.seed + m)
-            summary, warnings = _train_into(
+            summary, warnings = train_into(
                 resolve_model_source(path / f"member{m}"),
-                member_cfg,
                 replace(train_cfg, seed=cfg.seed + m),
                 train_data,
                 val_data,
                 writer.dir / f"member{m}",
+                max_length=cfg.max_length,
             )
             curves.append(summary)
             for warning in dict.fromkeys(warnings):

@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from uqcompress.artifacts import MANIFEST_NAME, ArtifactWriter, OutputPlan, SourceRef
 from uqcompress.errors import ConfigError, IncompatibleInputError, ParityError
+from uqcompress.export.parity import save_parity
 from uqcompress.steps import config as fields
 from uqcompress.steps.common import StepResult, build_or_reuse
 
 # Fused members vs the members run one by one (with the averaged embeddings/MLP): the same
 # function up to float32 round-off, whatever the model size.
 PARITY_ATOL = 1e-4
-PARITY_FILE = "parity.json"  # the worst |diff| per contract output (export/parity.py)
 PADDING_WARNING = 0.25  # ALGORITHMS.md 6.3: warn when this share of head slots is padding
 
 
@@ -79,7 +78,7 @@ def run(
         worst = parity.max_abs_diff["member_logits"]
         spread = mlp_spread(loaded)
         save_model(hydra, writer.dir)
-        (writer.dir / PARITY_FILE).write_text(json.dumps(parity.to_dict(), indent=2) + "\n")
+        save_parity(writer.dir, parity)
         summary = model_summary(hydra)
         member_parameters = [m.num_parameters() for m in loaded]
         summary.update(

@@ -9,11 +9,11 @@ from typing import Any
 
 from uqcompress.artifacts import MANIFEST_NAME, Artifact, ArtifactWriter, OutputPlan, SourceRef
 from uqcompress.errors import ArtifactError, ConfigError, IncompatibleInputError, ParityError
+from uqcompress.export.parity import save_parity
 from uqcompress.steps import config as fields
 from uqcompress.steps.common import StepResult, build_or_reuse
 
 PARITY_ATOL = 1e-5  # pruned vs gated full model: the same function, up to float round-off
-PARITY_FILE = "parity.json"  # the worst |diff| per contract output (export/parity.py)
 
 
 @dataclass(frozen=True)
@@ -155,7 +155,7 @@ def run(
         parity = _parity([(gated, pruned)])
         diff = parity.max_abs_diff["member_logits"]
         save_model(loaded, writer.dir)
-        _write_parity(writer, parity)
+        save_parity(writer.dir, parity)
         from uqcompress.steps.init import model_summary
 
         after = heads_per_layer(loaded)
@@ -198,12 +198,6 @@ def _parity(pairs: list[tuple[Any, Any]]) -> Any:
             hint="this is a bug in uqc's head surgery; please report it with the model",
         )
     return parity
-
-
-def _write_parity(writer: ArtifactWriter, parity: Any) -> None:
-    import json
-
-    (writer.dir / PARITY_FILE).write_text(json.dumps(parity.to_dict(), indent=2) + "\n")
 
 
 def _check_circuit_members(summary: dict[str, Any], cfg: PruneConfig) -> None:
@@ -303,7 +297,7 @@ def _run_members(
             parameters.append(member.num_parameters())
         parity = _parity(pairs)  # every member's outputs, worst over members
         worst = parity.max_abs_diff["member_logits"]
-        _write_parity(writer, parity)
+        save_parity(writer.dir, parity)
         overlap = jaccard_per_layer(keeps)
         writer.summary.update(
             {

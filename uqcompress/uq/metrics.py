@@ -285,6 +285,22 @@ def member_mutual_information(member_probs: FloatArray) -> npt.NDArray[np.float6
     return _mutual_information(p)
 
 
+def uncertainty_means(member_probs: FloatArray) -> dict[str, float]:
+    """Test-set means of an ensemble's uncertainty decomposition, in nats (TorchUncertainty's
+    ensemble metrics): ``"entropy"`` = H(mean_m p_m) (predictive, total), ``"aleatoric"`` =
+    mean_m H(p_m) (expected entropy) and ``"mi"`` = the mutual information (epistemic), the
+    mean KL of each member from the mixture, so entropy = aleatoric + mi up to round-off.
+
+    Shape: member_probs ``[N, M, C]`` -> dict of floats.
+    """
+    p = _validate_prob_array(member_probs, 3, "member_probs")
+    return {
+        "entropy": float(_entropy(p.mean(axis=1)).mean()),
+        "aleatoric": float(_entropy(p).mean()),
+        "mi": float(_mutual_information(p).mean()),
+    }
+
+
 def uncertainty_scores(member_probs: FloatArray) -> dict[str, npt.NDArray[np.float64]]:
     """Per-example uncertainty scores of the ensemble; every score: higher = more uncertain.
 
