@@ -94,6 +94,49 @@ def _own_code(tmp: Path, f: dict[str, Path]) -> list[str]:
     return ["import", str(path)]
 
 
+def _unsupported_architecture(tmp: Path, f: dict[str, Path]) -> list[str]:
+    from transformers import GPT2Config, GPT2ForSequenceClassification
+
+    path = tmp / "gpt2"
+    config = GPT2Config(n_embd=16, n_layer=1, n_head=2, vocab_size=50, num_labels=2)
+    GPT2ForSequenceClassification(config).save_pretrained(str(path))
+    return ["import", str(path)]
+
+
+def _deit_with_teacher(tmp: Path, f: dict[str, Path]) -> list[str]:
+    from transformers import DeiTConfig, DeiTForImageClassificationWithTeacher
+
+    path = tmp / "deit-distilled"
+    config = DeiTConfig(
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        image_size=8,
+        patch_size=2,
+        num_channels=1,
+        num_labels=2,
+    )
+    DeiTForImageClassificationWithTeacher(config).save_pretrained(str(path))
+    return ["import", str(path)]
+
+
+def _swiglu_members(tmp: Path, f: dict[str, Path]) -> list[str]:
+    from uqcompress.steps import init, prune, score
+
+    base = init.run(
+        init.InitConfig(family="dinov2", labels=["a", "b"], overrides={"use_swiglu_ffn": True}),
+        tmp / "swiglu",
+    )
+    scores = score.run(base.artifact.path, score.ScoreConfig(method="l2"), tmp / "swiglu-scores")
+    members = prune.run(
+        scores.artifact.path,
+        prune.PruneConfig(members=2, select="partition"),
+        out=tmp / "swiglu-members",
+    )
+    return ["fuse", str(members.artifact.path)]
+
+
 def _csv(tmp: Path, name: str, text: str) -> str:
     path = tmp / name
     path.write_text(text)
@@ -276,6 +319,18 @@ ROWS: dict[str, tuple[Case, str]] = {
     "text model without tokenizer": (_no_tokenizer, "no tokenizer files"),
     "damaged checkpoint weights": (_damaged_weights, "cannot load the model"),
     "checkpoint with its own code": (_own_code, "auto_map"),
+    "checkpoint of an unsupported architecture": (
+        _unsupported_architecture,
+        "holds a 'gpt2' model, which uqc does not support; supported families: bert, roberta",
+    ),
+    "DeiT checkpoint with a distillation classifier": (
+        _deit_with_teacher,
+        "is a DeiTForImageClassificationWithTeacher checkpoint",
+    ),
+    "Hydra of a DINOv2 with a SwiGLU MLP": (
+        _swiglu_members,
+        "Hydra does not fuse DINOv2's SwiGLU MLP",
+    ),
     "hub id offline": (lambda t, f: ["import", "some-org/some-model"], "HF_HUB_OFFLINE"),
     "wrong kind": (
         lambda t, f: ["finetune", str(f["eval"]), "--data", str(f["test"])],

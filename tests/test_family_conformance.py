@@ -45,6 +45,9 @@ class Family:
     finetune: tuple[str, ...]
     # (training data, held-out data) as `--data` values; may ask for session fixtures
     data: Callable[[pytest.FixtureRequest], tuple[str, str]]
+    # Start from a checkpoint transformers saved, with a tokenizer of the family's own type
+    # (tests/checkpoints.py), imported by `uqc import`, instead of `uqc init`.
+    imported: bool = False
 
 
 def _sentiment_csv(request: pytest.FixtureRequest) -> tuple[str, str]:
@@ -56,19 +59,28 @@ def _digits(request: pytest.FixtureRequest) -> tuple[str, str]:
     return "builtin:digits@val", "builtin:digits@test"
 
 
-FAMILIES: dict[str, Family] = {
-    "bert": Family(
+def _text(family: str) -> Family:
+    return Family(
         labels=("neg", "pos"),
-        init=("--family", "bert", "--preset", "tiny"),
+        init=("--family", family, "--preset", "tiny"),
         finetune=("--epochs", "8", "--lr", "3e-3", "--batch-size", "16"),
         data=_sentiment_csv,
-    ),
-    "vit": Family(
+        imported=family != "bert",  # bert: `uqc init`, with the shipped WordPiece vocabulary
+    )
+
+
+def _image(family: str) -> Family:
+    return Family(
         labels=tuple(str(d) for d in range(10)),
-        init=("--family", "vit", "--preset", "tiny"),
+        init=("--family", family, "--preset", "tiny"),
         finetune=("--epochs", "3", "--lr", "3e-3"),
         data=_digits,
-    ),
+    )
+
+
+FAMILIES: dict[str, Family] = {
+    **{name: _text(name) for name in ("bert", "roberta", "xlm-roberta", "distilbert", "electra")},
+    **{name: _image(name) for name in ("vit", "deit", "dinov2")},
 }
 
 
@@ -134,6 +146,13 @@ class Chain:
 
     @property
     def init(self) -> Path:
+        if self.family.imported:
+            from tests.checkpoints import save_family_checkpoint
+
+            checkpoint = self.root / "checkpoint"
+            if not checkpoint.exists():
+                save_family_checkpoint(self.name, checkpoint, self.family.labels)
+            return self.step("init", "import", checkpoint)
         labels = ",".join(self.family.labels)
         return self.step("init", "init", *self.family.init, "--labels", labels)
 
@@ -258,6 +277,12 @@ def test_init_and_finetune_make_a_model_of_the_family(chain: Chain) -> None:
     trained = summary(chain.base)
     assert trained["trained"] is True
     assert all(math.isfinite(loss) for loss in trained["loss_curve"])
+    if chain.family.imported:  # the family's own tokenizer came along and stays
+        from tests.checkpoints import TOKENIZER_MODEL
+
+        model = json.loads((chain.base / "tokenizer.json").read_text())["model"]["type"]
+        expected = {"wordpiece": "WordPiece", "bpe": "BPE", "unigram": "Unigram"}
+        assert model == expected[TOKENIZER_MODEL[chain.name]]
 
 
 @pytest.mark.parametrize("method", METHODS)

@@ -27,7 +27,9 @@ def _model(family: str, preset: str = "tiny") -> LoadedModel:
 def _batch(loaded: LoadedModel) -> dict[str, torch.Tensor]:
     generator = torch.Generator().manual_seed(3)
     if loaded.input_kind == "image":
-        return {"pixel_values": torch.randn(5, 1, 8, 8, generator=generator)}
+        config: Any = loaded.config
+        size, channels = int(config.image_size), int(config.num_channels)
+        return {"pixel_values": torch.randn(5, channels, size, size, generator=generator)}
     ids = torch.randint(5, 700, (5, 9), generator=generator)
     mask = torch.ones_like(ids)
     mask[1, 4:] = 0  # padding: the family's mask must hide these positions exactly

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from uqcompress.models.director_model import Transition
+from uqcompress.models.families import family_by_name
 from uqcompress.models.families.base import config_head_dim
 from uqcompress.models.head_gates import head_dim
 from uqcompress.models.hydra_model import HydraLayer
@@ -35,7 +36,11 @@ def test_config_head_dim_honours_an_explicit_head_dim() -> None:
 
 
 def test_the_hydra_layer_uses_the_configs_head_dim() -> None:
-    layer = HydraLayer(_config(head_dim=16), members=2, slots=3, pre_norm=True)
+    config = _config(head_dim=16)
+    sizes = family_by_name("vit").sizes(config)  # type: ignore[arg-type]
+    layer = HydraLayer(
+        sizes, config_head_dim(config), members=2, slots=3, pre_norm=True, layer_scale=False
+    )
     assert layer.attention.head_dim == 16
     x = torch.randn(2 * 5, 7, 32)  # [M*B, T, d]
     assert layer(x, None).shape == x.shape

@@ -22,7 +22,7 @@ def import_model(
         typer.Option(
             "--trust-remote-code",
             help="Accept a checkpoint whose config asks to run its own code (auto_map). uqc "
-            "never runs that code; it loads the weights with its own BERT/ViT classes.",
+            "never runs that code; it loads the weights with transformers' classes for the family.",
         ),
     ] = False,
     out: Out = None,

@@ -10,7 +10,14 @@ from uqcompress.cli.options import Force, Json, Out, Seed
 
 
 def init(
-    family: Annotated[str, typer.Option("--family", help="Model family: bert or vit.")],
+    family: Annotated[
+        str,
+        typer.Option(
+            "--family",
+            help="Model family. Text: bert, roberta, xlm-roberta, distilbert, electra. "
+            "Images: vit, deit, dinov2.",
+        ),
+    ],
     preset: Annotated[
         str, typer.Option("--preset", help="Size preset: tiny, small or base.")
     ] = "tiny",
@@ -40,7 +47,8 @@ def init(
         int | None,
         typer.Option(
             "--image-size",
-            help="ViT input side in pixels. Default: preset's (8 for tiny/small, 224 for base).",
+            help="Image families: input side in pixels. Default: the preset's (8 for tiny, "
+            "224 for base).",
             show_default=False,
         ),
     ] = None,
@@ -48,7 +56,8 @@ def init(
         int | None,
         typer.Option(
             "--patch-size",
-            help="ViT patch side in pixels. Default: preset's (2 for tiny/small, 16 for base).",
+            help="Image families: patch side in pixels. Default: the preset's (2 for tiny, "
+            "16 for ViT/DeiT base, 14 for DINOv2).",
             show_default=False,
         ),
     ] = None,

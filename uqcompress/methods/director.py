@@ -64,9 +64,7 @@ def record_teacher_states(
     def keep_output(_module: nn.Module, _args: Any, output: Any) -> None:
         captured.append((output[0] if isinstance(output, tuple) else output).detach())
 
-    if first == 0:
-        handles.append(anatomy.embeddings(teacher).register_forward_hook(keep_output))
-    else:
+    if first > 0:
         handles.append(layers[first - 1].register_forward_hook(keep_output))
     for layer in layers[first:]:
         handles.append(anatomy.mlp_entry(layer).register_forward_pre_hook(keep_input))
@@ -75,6 +73,10 @@ def record_teacher_states(
     finally:
         for handle in handles:
             handle.remove()
+    if first == 0:
+        # x_0 is the embeddings' output, computed through the anatomy (a family's embeddings
+        # may be more than one module, e.g. ELECTRA's projection): exactly the model's own.
+        captured.insert(0, anatomy.embed(anatomy.embeddings(teacher), inputs)[0].detach())
     return TeacherStates(
         states=torch.stack(captured), logits=logits, mask=inputs.get("attention_mask")
     )

@@ -24,7 +24,7 @@ from uqcompress.models.hydra_model import (
     HydraModel,
     HydraSpec,
     hydra_families,
-    hydra_supports,
+    hydra_refusal,
 )
 
 if TYPE_CHECKING:
@@ -41,6 +41,9 @@ _SHAPE_KEYS = (
     "vocab_size",
     "max_position_embeddings",
     "type_vocab_size",
+    "embedding_size",
+    "mlp_ratio",
+    "use_swiglu_ffn",
     "image_size",
     "patch_size",
     "num_channels",
@@ -57,6 +60,8 @@ class MemberParts:
     norm_mlp: list[nn.Module]
     mlp_in: list[nn.Linear]
     mlp_out: list[nn.Linear]
+    attention_scale: list[torch.Tensor | None]  # per layer (layer-scale families)
+    mlp_scale: list[torch.Tensor | None]
     final_norm: nn.Module | None  # families with a norm after the last block
     pooler: nn.Linear | None  # families with a dense pooler
     classifier: nn.Linear
@@ -73,6 +78,8 @@ def member_parts(loaded: LoadedModel) -> MemberParts:
         norm_mlp=[block.norm_mlp for block in blocks],
         mlp_in=[block.mlp.up for block in blocks],
         mlp_out=[block.mlp.down for block in blocks],
+        attention_scale=[block.attention_scale for block in blocks],
+        mlp_scale=[block.mlp_scale for block in blocks],
         final_norm=head.final_norm,
         pooler=head.pooler,
         classifier=head.classifier,
@@ -96,10 +103,12 @@ def check_fusable(members: list[LoadedModel], names: list[str]) -> None:
                 "single pruned models",
                 hint="make members with uqc prune SCORES --members 3",
             )
-    if not hydra_supports(first.family):
+    refused = hydra_refusal(first.family, first.config)
+    if refused is not None:
         raise IncompatibleInputError(
-            f"Hydra does not support the {first.family.name} family",
-            hint=f"supported: {', '.join(hydra_families())}",
+            f"{names[0]}: {refused}",
+            hint=f"families Hydra fuses: {', '.join(hydra_families())}; "
+            "svd-ensemble and distill-director make ensembles of this model",
         )
     for member, name in zip(members[1:], names[1:], strict=True):
         if member.family.name != first.family.name:
@@ -153,6 +162,9 @@ def fuse(members: list[LoadedModel]) -> LoadedModel:
             attention = [p.attention[index] for p in parts]
             _stack_qkv(layer.attention.qkv, attention)
             _stack_heads(layer.attention.output, [a.output for a in attention])
+            if layer.scale_attention is not None:
+                _stack_scale(layer.scale_attention, [p.attention_scale[index] for p in parts])
+                _stack_scale(layer.scale_mlp, [p.mlp_scale[index] for p in parts])
         if hydra.final_norm is not None:
             _stack_norm(hydra.final_norm, [_required(p.final_norm) for p in parts])
         if hydra.pooler is not None:
@@ -224,6 +236,11 @@ def _stack_norm(target: Any, norms: list[Any]) -> None:
     """Shape: M LayerNorms of `[d]` -> target weight/bias `[M, d]`."""
     target.weight.copy_(torch.stack([n.weight for n in norms]))
     target.bias.copy_(torch.stack([n.bias for n in norms]))
+
+
+def _stack_scale(target: Any, scales: list[torch.Tensor | None]) -> None:
+    """Shape: M layer-scale vectors `[d]` -> target weight `[M, d]`."""
+    target.weight.copy_(torch.stack([_required(scale) for scale in scales]))
 
 
 def _stack_heads(target: Any, linears: list[nn.Linear]) -> None:

@@ -93,7 +93,7 @@ def create_model(
     if family.input_kind == "text" and (image_size is not None or patch_size is not None):
         raise ConfigError(
             "--image-size/--patch-size apply to image families only",
-            hint="drop them, or use --family vit",
+            hint="drop them, or use an image family (vit, deit, dinov2)",
         )
     if len(labels) < 2:
         raise ConfigError(
@@ -150,7 +150,7 @@ def create_model(
     if family.input_kind == "text":
         from uqcompress.models.tokenizer import shipped_tokenizer
 
-        loaded.tokenizer = shipped_tokenizer(int(config.max_position_embeddings))
+        loaded.tokenizer = shipped_tokenizer(family.max_length(config) or 512)
     else:
         loaded.preprocessing = ImagePreprocessing.default_for(
             int(config.image_size), int(config.num_channels)

@@ -30,7 +30,7 @@ from torch import nn
 from transformers.activations import ACT2FN
 
 from uqcompress.models.families import FAMILIES, Family, family_named
-from uqcompress.models.families.base import config_head_dim
+from uqcompress.models.families.base import BlockSizes, config_head_dim
 from uqcompress.models.grouped import GroupedLinear
 from uqcompress.models.kinds import HYDRA_KEY  # config field holding the HydraSpec as a dict
 from uqcompress.models.outputs import MemberOutput
@@ -38,10 +38,20 @@ from uqcompress.models.outputs import MemberOutput
 
 def hydra_supports(family: Family) -> bool:
     """Whether the fused layers below can express `family`: LayerNorm blocks (pre- or
-    post-LN) with a plain MLP, and a head that reads the first token, optionally through a
-    dense pooler."""
+    post-LN, with or without layer scale) with a plain MLP, and a head that reads the first
+    token (optionally beside the mean of the others), optionally through a dense pooler."""
     layout = family.layout
-    return layout.norm == "layernorm" and not layout.gated_mlp and layout.pooled_token == "first"
+    return layout.norm == "layernorm" and not layout.gated_mlp and layout.pooled_token != "last"
+
+
+def hydra_refusal(family: Family, config: Any) -> str | None:
+    """Why a model of `family` with `config` cannot be fused, in one line; None if it can."""
+    if not hydra_supports(family):
+        return (
+            f"Hydra does not support the {family.name} family (it fuses LayerNorm blocks with "
+            "a plain MLP and a first-token head)"
+        )
+    return family.refusal("fuse", config)
 
 
 def hydra_families() -> tuple[str, ...]:
@@ -101,6 +111,22 @@ class MemberLayerNorm(nn.Module):
         return out.reshape(x.shape)
 
 
+class MemberScale(nn.Module):
+    """Layer scale with its own `[d]` vector per member (DINOv2's `layer_scale1/2`).
+
+    Shape: x `[M*B, ..., d]` (member-major) -> same.
+    """
+
+    def __init__(self, members: int, hidden: int) -> None:
+        super().__init__()
+        self.members = members
+        self.weight = nn.Parameter(torch.ones(members, hidden))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        hidden = x.shape[-1]
+        return (x.reshape(self.members, -1, hidden) * self.weight[:, None, :]).reshape(x.shape)
+
+
 class FusedAttention(nn.Module):
     """Every member's heads in one attention call, members never mixed.
 
@@ -138,35 +164,51 @@ class FusedAttention(nn.Module):
 
 
 class HydraLayer(nn.Module):
-    """One fused transformer block; `pre_norm` picks the pre-LN (ViT) or post-LN (BERT) order.
+    """One fused transformer block; `pre_norm` picks the pre-LN (ViT) or post-LN (BERT) order,
+    `layer_scale` adds per-member scales on both sublayers' outputs (DINOv2).
 
     Shape: x `[M*B, T, d]` -> `[M*B, T, d]`.
     """
 
-    def __init__(self, config: Any, members: int, slots: int, pre_norm: bool) -> None:
+    def __init__(
+        self,
+        sizes: BlockSizes,
+        head_dim: int,
+        members: int,
+        slots: int,
+        pre_norm: bool,
+        layer_scale: bool,
+    ) -> None:
         super().__init__()
-        hidden = int(config.hidden_size)
-        eps = float(config.layer_norm_eps)
-        head_dim = config_head_dim(config)
+        hidden = sizes.hidden
         self.pre_norm = pre_norm
-        self.attention = FusedAttention(
-            members, hidden, slots, head_dim, float(config.attention_probs_dropout_prob)
-        )
-        self.norm_attention = MemberLayerNorm(members, hidden, eps)
-        self.norm_mlp = MemberLayerNorm(members, hidden, eps)
-        self.mlp_in = nn.Linear(hidden, int(config.intermediate_size))
-        self.mlp_out = nn.Linear(int(config.intermediate_size), hidden)
-        self.activation = ACT2FN[config.hidden_act]
-        self.dropout = nn.Dropout(float(config.hidden_dropout_prob))
+        self.attention = FusedAttention(members, hidden, slots, head_dim, sizes.attention_dropout)
+        self.norm_attention = MemberLayerNorm(members, hidden, sizes.norm_eps)
+        self.norm_mlp = MemberLayerNorm(members, hidden, sizes.norm_eps)
+        self.mlp_in = nn.Linear(hidden, sizes.intermediate)
+        self.mlp_out = nn.Linear(sizes.intermediate, hidden)
+        self.activation = ACT2FN[sizes.activation]
+        self.dropout = nn.Dropout(sizes.hidden_dropout)
+        self.scale_attention = MemberScale(members, hidden) if layer_scale else None
+        self.scale_mlp = MemberScale(members, hidden) if layer_scale else None
 
     def mlp(self, x: torch.Tensor) -> torch.Tensor:
-        return self.dropout(self.mlp_out(self.activation(self.mlp_in(x))))
+        out = self.mlp_out(self.activation(self.mlp_in(x)))
+        if self.scale_mlp is not None:
+            out = self.scale_mlp(out)
+        return self.dropout(out)
+
+    def attend(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        out = self.attention(x, mask)
+        if self.scale_attention is not None:
+            out = self.scale_attention(out)
+        return self.dropout(out)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         if self.pre_norm:
-            x = x + self.dropout(self.attention(self.norm_attention(x), mask))
+            x = x + self.attend(self.norm_attention(x), mask)
             return x + self.mlp(self.norm_mlp(x))
-        x = self.norm_attention(x + self.dropout(self.attention(x, mask)))  # post-LN
+        x = self.norm_attention(x + self.attend(x, mask))  # post-LN
         return self.norm_mlp(x + self.mlp(x))
 
 
@@ -180,31 +222,54 @@ class HydraModel(nn.Module):
     def __init__(self, config: Any, family: Family | str) -> None:
         super().__init__()
         found = family_named(family)
-        if found is None or not hydra_supports(found):
+        refused = None if found is None else hydra_refusal(found, config)
+        if found is None or refused is not None:
             name = family if isinstance(family, str) else family.name
-            raise ValueError(f"Hydra supports {hydra_families()}, not {name!r}")
+            raise ValueError(refused or f"Hydra supports {hydra_families()}, not {name!r}")
         layout = found.layout
         self.config = config
         self.family = found
         self.spec = HydraSpec.from_config(config)
-        members, hidden = self.spec.members, int(config.hidden_size)
-        eps = float(config.layer_norm_eps)
+        sizes = found.sizes(config)
+        members, hidden = self.spec.members, sizes.hidden
         self.embeddings = found.build_embeddings(config)
         self.layers = nn.ModuleList(
-            HydraLayer(config, members, self.spec.slots(layer), pre_norm=layout.norm_order == "pre")
+            HydraLayer(
+                sizes,
+                config_head_dim(config),
+                members,
+                self.spec.slots(layer),
+                pre_norm=layout.norm_order == "pre",
+                layer_scale=layout.layer_scale,
+            )
             for layer in range(self.spec.layers)
         )
-        self.final_norm = MemberLayerNorm(members, hidden, eps) if layout.final_norm else None
+        final_norm = layout.final_norm
+        self.final_norm = MemberLayerNorm(members, hidden, sizes.norm_eps) if final_norm else None
         pooled = layout.pooler_activation is not None
         self.pooler = GroupedLinear(members, hidden, hidden) if pooled else None
         self.classifier_dropout = nn.Dropout(found.classifier_dropout(config))
-        self.classifier = GroupedLinear(members, hidden, int(config.num_labels))
+        features = hidden * layout.pooled_width
+        self.classifier = GroupedLinear(members, features, int(config.num_labels))
         activation = layout.pooler_activation  # a module without weights (e.g. tanh)
         self.pooler_activation = ACT2FN[activation] if activation is not None else None
 
     @property
     def members(self) -> int:
         return self.spec.members
+
+    def pool(self, x: torch.Tensor) -> torch.Tensor:
+        """The final norm (if any) and the token(s) the head reads.
+
+        Shape: `[M*B, T, d]` -> `[M*B, d]`, or `[M*B, 2d]` for `first_and_mean` pooling.
+        """
+        if self.family.layout.pooled_token == "first_and_mean":
+            if self.final_norm is not None:
+                x = self.final_norm(x)
+            return torch.cat([x[:, 0], x[:, 1:].mean(dim=1)], dim=-1)
+        first = x[:, 0]  # the CLS token of every member's stream
+        # The norm is per token: norming CLS alone equals norming the sequence first.
+        return self.final_norm(first) if self.final_norm is not None else first
 
     def forward(self, **inputs: Any) -> MemberOutput:
         m = self.members
@@ -214,9 +279,7 @@ class HydraModel(nn.Module):
         x = embedded.repeat(m, 1, 1)  # [M*B, T, d], member-major
         for layer in self.layers:
             x = layer(x, mask)
-        first = x[:, 0]  # [M*B, d]: the CLS token of every member's stream
-        if self.final_norm is not None:
-            first = self.final_norm(first)
+        first = self.pool(x)  # [M*B, d] (or [M*B, 2d])
         if self.pooler is not None:
             first = self.pooler(first)
             if self.pooler_activation is not None:

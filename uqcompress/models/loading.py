@@ -112,7 +112,7 @@ def _refuse_remote_code(path: Path, trust_remote_code: bool) -> None:
         raise ConfigError(
             f"{path} asks to run its own Python code (config.json has auto_map); refused",
             hint="if you trust its author, import it with uqc import DIR --trust-remote-code "
-            "(uqc still loads it with its own BERT/ViT classes)",
+            "(uqc still loads it with transformers' own classes for its family)",
         )
 
 
@@ -235,7 +235,7 @@ def load_model(source: ModelSource) -> LoadedModel:
     except (ValueError, OSError, KeyError) as exc:
         raise ConfigError(
             f"{path}/config.json cannot be read by transformers ({first_line(exc)[:300]})",
-            hint="pass a directory written by save_pretrained() of a BERT or ViT model",
+            hint="pass a directory written by save_pretrained() of a supported family's model",
         ) from exc
     family = family_for_config(config, str(path))
     kind = kind_of(config)

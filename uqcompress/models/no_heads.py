@@ -30,16 +30,19 @@ class NoHeadsSelfAttention(nn.Module):
 
 
 class NoHeadsAttention(nn.Module):
-    """ViT's whole attention block with no heads: returns the output projection's bias."""
+    """A whole attention module with no heads (ViT, DeiT, DINOv2, DistilBERT): returns the
+    output projection's bias. The projections keep the family's attribute names, so
+    state-dict keys stay those of the module it replaces."""
 
-    def __init__(
-        self, q_proj: nn.Linear, k_proj: nn.Linear, v_proj: nn.Linear, o_proj: nn.Linear
-    ) -> None:
+    def __init__(self, output: str, **projections: nn.Linear) -> None:
         super().__init__()
-        self.q_proj, self.k_proj, self.v_proj, self.o_proj = q_proj, k_proj, v_proj, o_proj
+        for name, linear in projections.items():
+            setattr(self, name, linear)
+        self.output_name = output
         self.num_heads = 0
 
     def forward(self, hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Shape: `[B, T, d]` -> `[B, T, d]` (the bias at every position), no weights."""
         empty = hidden_states.new_zeros(*hidden_states.shape[:-1], 0)
-        return self.o_proj(empty), None
+        output: nn.Module = getattr(self, self.output_name)
+        return output(empty), None

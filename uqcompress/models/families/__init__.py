@@ -8,18 +8,37 @@ from uqcompress.errors import ConfigError
 from uqcompress.models.families.base import (
     AttentionParts,
     BlockParts,
+    BlockSizes,
     Family,
     HeadParts,
     Layout,
     MlpParts,
 )
 from uqcompress.models.families.bert import BertFamily
+from uqcompress.models.families.deit import DeiTFamily
+from uqcompress.models.families.dinov2 import Dinov2Family
+from uqcompress.models.families.distilbert import DistilBertFamily
+from uqcompress.models.families.electra import ElectraFamily
+from uqcompress.models.families.roberta import RobertaFamily, XLMRobertaFamily
 from uqcompress.models.families.vit import ViTFamily
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
 
-FAMILIES: dict[str, Family] = {family.name: family for family in (BertFamily(), ViTFamily())}
+# Text families first, then image families; the order is the one help texts list.
+FAMILIES: dict[str, Family] = {
+    family.name: family
+    for family in (
+        BertFamily(),
+        RobertaFamily(),
+        XLMRobertaFamily(),
+        DistilBertFamily(),
+        ElectraFamily(),
+        ViTFamily(),
+        DeiTFamily(),
+        Dinov2Family(),
+    )
+}
 
 
 def family_by_name(name: str) -> Family:
@@ -35,11 +54,12 @@ def family_for_config(config: PretrainedConfig, where: str) -> Family:
     model_type = getattr(config, "model_type", None)
     for family in FAMILIES.values():
         if model_type in family.model_types:
+            family.check_loadable(config, where)
             return family
-    supported = sorted(t for f in FAMILIES.values() for t in f.model_types)
     raise ConfigError(
-        f"{where} holds a {model_type!r} model; uqc supports model_type {', '.join(supported)}",
-        hint="use a BERT-family text classifier or a ViT image classifier",
+        f"{where} holds a {model_type!r} model, which uqc does not support; supported "
+        f"families: {', '.join(FAMILIES)}",
+        hint="import a checkpoint of a supported family (README: Supported families)",
     )
 
 
@@ -54,6 +74,7 @@ __all__ = [
     "FAMILIES",
     "AttentionParts",
     "BlockParts",
+    "BlockSizes",
     "Family",
     "HeadParts",
     "Layout",

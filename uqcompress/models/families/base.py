@@ -31,7 +31,9 @@ if TYPE_CHECKING:
 InputKind = Literal["text", "image"]
 NormOrder = Literal["pre", "post"]
 NormKind = Literal["layernorm", "rmsnorm"]
-PooledToken = Literal["first", "last"]
+# What the head reads: the first token (CLS), the last attended one (decoders), or the first
+# token beside the mean of the others (DINOv2: `[CLS ; mean(patches)]`, twice the width).
+PooledToken = Literal["first", "last", "first_and_mean"]
 
 
 def config_head_dim(config: Any) -> int:
@@ -45,6 +47,14 @@ def config_head_dim(config: Any) -> int:
     if explicit:
         return int(explicit)
     return int(config.hidden_size) // int(config.num_attention_heads)
+
+
+def label_fields(labels: list[str]) -> dict[str, Any]:
+    """The config fields that name the classes (every family's `build_config` passes them)."""
+    return {
+        "id2label": dict(enumerate(labels)),
+        "label2id": {label: i for i, label in enumerate(labels)},
+    }
 
 
 def additive_mask(attention_mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
@@ -115,6 +125,23 @@ class BlockParts:
     mlp: MlpParts
     norm_attention: nn.Module
     norm_mlp: nn.Module
+    # Layer scale (DINOv2): a learned `[d]` vector multiplying each sublayer's output before
+    # its residual add; None where the family has none (`Layout.layer_scale`).
+    attention_scale: torch.Tensor | None = None
+    mlp_scale: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class BlockSizes:
+    """The sizes and rates of every block of a model, read from its config alone (what a
+    method that builds its own blocks, like the Hydra model, needs before any weights)."""
+
+    hidden: int
+    intermediate: int
+    norm_eps: float
+    activation: str  # a transformers ACT2FN name
+    attention_dropout: float = 0.0
+    hidden_dropout: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -137,7 +164,13 @@ class Layout:
     gated_mlp: bool
     final_norm: bool  # a norm after the last block (`HeadParts.final_norm`)
     pooler_activation: str | None  # ACT2FN name of the pooler's activation; None: no pooler
-    pooled_token: PooledToken = "first"  # the token the head reads: CLS, or the last one
+    pooled_token: PooledToken = "first"  # what the head reads (see PooledToken)
+    layer_scale: bool = False  # sublayer outputs scaled by a learned vector (DINOv2)
+
+    @property
+    def pooled_width(self) -> int:
+        """The classifier's input width in units of the hidden size."""
+        return 2 if self.pooled_token == "first_and_mean" else 1
 
 
 class Family(ABC):
@@ -189,6 +222,28 @@ class Family(ABC):
     def classifier_dropout(self, config: PretrainedConfig) -> float:
         """Dropout probability on the pooled features before the classifier."""
         return 0.0
+
+    def sizes(self, config: PretrainedConfig) -> BlockSizes:
+        """Block sizes from the config; this default reads BERT/ViT-style keys."""
+        return BlockSizes(
+            hidden=int(config.hidden_size),
+            intermediate=int(config.intermediate_size),
+            norm_eps=float(config.layer_norm_eps),
+            activation=str(config.hidden_act),
+            attention_dropout=float(getattr(config, "attention_probs_dropout_prob", 0.0) or 0.0),
+            hidden_dropout=float(getattr(config, "hidden_dropout_prob", 0.0) or 0.0),
+        )
+
+    def refusal(self, step: str, config: PretrainedConfig) -> str | None:
+        """Why `step` (a `uqc` command name) cannot take this model, in one line; None when
+        it can. The default: every step works. A family overrides it for what a variant of
+        it cannot do (README's support matrix lists these)."""
+        return None
+
+    def check_loadable(self, config: PretrainedConfig, where: str) -> None:
+        """Refuse, with one line, a checkpoint of this model_type that uqc cannot load as this
+        family's classifier (e.g. another head class). The default accepts every one."""
+        return None
 
     # --- embeddings ------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from uqcompress.models.families.base import (
     Layout,
     MlpParts,
     config_head_dim,
+    label_fields,
 )
 
 if TYPE_CHECKING:
@@ -28,7 +29,9 @@ class ViTFamily(Family):
     `vit.layernorm` -> `classifier` on [CLS]. No pooler."""
 
     name = "vit"
-    model_types = ("vit",)
+    model_types: tuple[str, ...] = ("vit",)
+    backbone: ClassVar[str] = "vit"  # the classifier's attribute holding the encoder
+    special_tokens: ClassVar[int] = 1  # tokens before the patches: CLS
     input_kind = "image"
     layout = Layout(
         norm_order="pre",
@@ -81,8 +84,6 @@ class ViTFamily(Family):
         image_size: int | None = None,
         patch_size: int | None = None,
     ) -> PretrainedConfig:
-        from transformers import ViTConfig
-
         values: dict[str, Any] = dict(self.presets[preset])
         if image_size is not None:
             values["image_size"] = image_size
@@ -95,11 +96,13 @@ class ViTFamily(Family):
                 f"--patch-size {values['patch_size']}",
                 hint="choose a patch size that divides the image size, e.g. --patch-size 2",
             )
-        return ViTConfig(
-            id2label=dict(enumerate(labels)),
-            label2id={label: i for i, label in enumerate(labels)},
-            **values,
-        )
+        config: PretrainedConfig = self._config_class()(**label_fields(labels), **values)
+        return config
+
+    def _config_class(self) -> Any:
+        from transformers import ViTConfig
+
+        return ViTConfig
 
     def classifier_class(self) -> type[PreTrainedModel]:
         from transformers import ViTForImageClassification
@@ -113,11 +116,13 @@ class ViTFamily(Family):
 
     def fixed_tokens(self, config: PretrainedConfig) -> int | None:
         per_side = int(config.image_size) // int(config.patch_size)
-        return per_side * per_side + 1  # patches + CLS
+        return per_side * per_side + self.special_tokens
+
+    def _backbone(self, model: nn.Module) -> Any:
+        return getattr(model, self.backbone)  # transformers modules are untyped trees
 
     def embeddings(self, model: nn.Module) -> nn.Module:
-        root: Any = model  # transformers modules are untyped attribute trees
-        return root.vit.embeddings
+        return self._backbone(model).embeddings
 
     def embed(
         self, embeddings: nn.Module, inputs: Mapping[str, Any]
@@ -128,8 +133,7 @@ class ViTFamily(Family):
         return module(pixels), None  # every patch attends to every patch: no mask
 
     def blocks(self, model: nn.Module) -> list[nn.Module]:
-        root: Any = model
-        return list(root.vit.layers)
+        return list(self._backbone(model).layers)
 
     def attention_parts(self, block: nn.Module, head_dim: int) -> AttentionParts:
         layer: Any = block
@@ -164,11 +168,12 @@ class ViTFamily(Family):
 
     def head_parts(self, model: nn.Module) -> HeadParts:
         root: Any = model
-        return HeadParts(final_norm=root.vit.layernorm, pooler=None, classifier=root.classifier)
+        norm = self._backbone(model).layernorm
+        return HeadParts(final_norm=norm, pooler=None, classifier=root.classifier)
 
     def head_modules(self, model: nn.Module) -> dict[str, nn.Module]:
         root: Any = model
-        return {"final_norm": root.vit.layernorm, "classifier": root.classifier}
+        return {"final_norm": self._backbone(model).layernorm, "classifier": root.classifier}
 
     def run_head(
         self,
@@ -188,7 +193,13 @@ class ViTFamily(Family):
         if heads == 0:
             from uqcompress.models.no_heads import NoHeadsAttention
 
-            block.attention = NoHeadsAttention(parts.query, parts.key, parts.value, parts.output)
+            block.attention = NoHeadsAttention(
+                "o_proj",
+                q_proj=parts.query,
+                k_proj=parts.key,
+                v_proj=parts.value,
+                o_proj=parts.output,
+            )
             return
         attention = block.attention
         attention.q_proj, attention.k_proj = parts.query, parts.key
