@@ -11,7 +11,8 @@ from typing import Any
 
 from tests.conftest import FILLER, NEGATIVE, POSITIVE, sentiment_rows
 
-TEXT_FAMILIES = ("bert", "roberta", "xlm-roberta", "distilbert", "electra")
+DECODER_FAMILIES = ("llama", "qwen2", "qwen3", "mistral")
+TEXT_FAMILIES = ("bert", "roberta", "xlm-roberta", "distilbert", "electra", *DECODER_FAMILIES)
 IMAGE_FAMILIES = ("vit", "deit", "dinov2")
 
 # The tokenizer model each text family's checkpoints ship.
@@ -21,7 +22,10 @@ TOKENIZER_MODEL = {
     "electra": "wordpiece",
     "roberta": "bpe",
     "xlm-roberta": "unigram",
+    **{family: "bpe" for family in DECODER_FAMILIES},
 }
+# Decoders pad on this side in their checkpoints' tokenizer config (uqc pads as it says).
+PADDING_SIDE = {"llama": "left", "mistral": "left", "qwen2": "right", "qwen3": "right"}
 
 
 def _corpus() -> list[str]:
@@ -61,6 +65,18 @@ def family_tokenizer(family: str) -> Any:
         mask_token="<mask>",
     )
     special = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]  # RoBERTa's ids 0..4
+    if family in DECODER_FAMILIES:  # byte-level BPE, no special tokens added to a text
+        bpe = ByteLevelBPETokenizer()
+        end = "<|endoftext|>"
+        bpe.train_from_iterator(_corpus(), vocab_size=400, min_frequency=1, special_tokens=[end])
+        cls = (
+            transformers.Qwen2TokenizerFast
+            if family.startswith("qwen")
+            else (transformers.PreTrainedTokenizerFast)
+        )
+        tokenizer = cls(tokenizer_object=bpe, eos_token=end, pad_token=end, unk_token=None)
+        tokenizer.padding_side = PADDING_SIDE[family]
+        return tokenizer
     if kind == "bpe":
         bpe = ByteLevelBPETokenizer()
         bpe.train_from_iterator(_corpus(), vocab_size=400, min_frequency=1, special_tokens=special)

@@ -121,20 +121,12 @@ def _deit_with_teacher(tmp: Path, f: dict[str, Path]) -> list[str]:
     return ["import", str(path)]
 
 
-def _swiglu_members(tmp: Path, f: dict[str, Path]) -> list[str]:
-    from uqcompress.steps import init, prune, score
+def _gqa_ratio(tmp: Path, f: dict[str, Path]) -> list[str]:
+    from uqcompress.steps import init, score
 
-    base = init.run(
-        init.InitConfig(family="dinov2", labels=["a", "b"], overrides={"use_swiglu_ffn": True}),
-        tmp / "swiglu",
-    )
-    scores = score.run(base.artifact.path, score.ScoreConfig(method="l2"), tmp / "swiglu-scores")
-    members = prune.run(
-        scores.artifact.path,
-        prune.PruneConfig(members=2, select="partition"),
-        out=tmp / "swiglu-members",
-    )
-    return ["fuse", str(members.artifact.path)]
+    base = init.run(init.InitConfig(family="llama", labels=["a", "b"]), tmp / "llama")
+    scores = score.run(base.artifact.path, score.ScoreConfig(method="l2"), tmp / "llama-l2")
+    return ["prune", str(scores.artifact.path), "--ratio", "0.25"]
 
 
 def _csv(tmp: Path, name: str, text: str) -> str:
@@ -327,9 +319,9 @@ ROWS: dict[str, tuple[Case, str]] = {
         _deit_with_teacher,
         "is a DeiTForImageClassificationWithTeacher checkpoint",
     ),
-    "Hydra of a DINOv2 with a SwiGLU MLP": (
-        _swiglu_members,
-        "Hydra does not fuse DINOv2's SwiGLU MLP",
+    "pruning that would break grouped-query attention": (
+        _gqa_ratio,
+        "--ratio 0.25 removes 1 of 4 query heads in layer 0, which is not a whole number",
     ),
     "hub id offline": (lambda t, f: ["import", "some-org/some-model"], "HF_HUB_OFFLINE"),
     "wrong kind": (

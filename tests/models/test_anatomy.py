@@ -11,7 +11,8 @@ import torch.nn.functional as F
 from transformers.activations import ACT2FN
 
 from uqcompress.models.factory import create_model
-from uqcompress.models.families import FAMILIES, BlockParts, Family, family_by_name
+from uqcompress.models.families import FAMILIES, BlockParts, family_by_name
+from uqcompress.models.families.base import rotate
 from uqcompress.models.loading import LoadedModel
 from uqcompress.models.surgery import prune_heads
 
@@ -34,6 +35,7 @@ def _batch(loaded: LoadedModel) -> dict[str, torch.Tensor]:
     mask = torch.ones_like(ids)
     mask[1, 4:] = 0  # padding: the family's mask must hide these positions exactly
     mask[3, 2:] = 0
+    ids[mask == 0] = int(loaded.config.pad_token_id or 0)  # padding is the padding token
     return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
 
 
@@ -67,19 +69,26 @@ def test_the_flow_holds_for_a_pruned_model_with_an_empty_layer(name: str) -> Non
 
 
 def _reference_block(
-    family: Family, parts: BlockParts, x: torch.Tensor, mask: torch.Tensor | None
+    loaded: LoadedModel, parts: BlockParts, x: torch.Tensor, mask: torch.Tensor | None
 ) -> torch.Tensor:
-    """A block written from the anatomy alone: the parts, the norm order, plain attention."""
+    """A block written from the anatomy alone: the parts, the norm order, plain attention
+    (with the family's rotary positions, per-head q/k norms and key/value groups)."""
+    family = loaded.family
     attention, mlp = parts.attention, parts.mlp
     activation = ACT2FN[mlp.activation]
 
     def attend(h: torch.Tensor) -> torch.Tensor:
         batch, length, _ = h.shape
         split = (batch, length, -1, attention.head_dim)
-        q, k, v = (
-            p(h).view(split).transpose(1, 2)
-            for p in (attention.query, attention.key, attention.value)
-        )
+        q, k, v = (p(h).view(split) for p in (attention.query, attention.key, attention.value))
+        if attention.query_norm is not None and attention.key_norm is not None:
+            q, k = attention.query_norm(q), attention.key_norm(k)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        positions = family.rotary_positions(loaded.config, h)
+        if positions is not None:
+            q, k = rotate(q, *positions), rotate(k, *positions)
+        k = k.repeat_interleave(attention.group_size, dim=1)
+        v = v.repeat_interleave(attention.group_size, dim=1)
         context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return attention.output(context.transpose(1, 2).reshape(batch, length, -1))
 
@@ -105,7 +114,7 @@ def test_block_parts_and_norm_order_describe_the_block(name: str) -> None:
         for block in family.blocks(model):
             parts = family.block_parts(block, loaded.config)
             want = family.run_block(block, hidden, mask)
-            got = _reference_block(family, parts, hidden, mask)
+            got = _reference_block(loaded, parts, hidden, mask)
             valid = batch.get("attention_mask", torch.ones(hidden.shape[:2]))[:, :, None].bool()
             torch.testing.assert_close(got * valid, want * valid, rtol=1e-5, atol=1e-5)
             hidden = want

@@ -67,6 +67,15 @@ def prune(
             "scores take topk only: member m keeps circuit m as searched.",
         ),
     ] = "topk",
+    unit: Annotated[
+        str,
+        typer.Option(
+            "--unit",
+            help="Grouped-query attention (decoders): query (remove tiers of query heads, so "
+            "every key/value head keeps as many query heads as the others) or kv (remove "
+            "whole key/value heads with their query heads). Ignored without GQA.",
+        ),
+    ] = "query",
     seed: Annotated[int, typer.Option("--seed", help="Seed of --select gumbel.")] = 0,
     device: Device = "cpu",
     threads: Threads = None,
@@ -85,6 +94,7 @@ def prune(
         "min_heads_per_layer": min_heads_per_layer,
         "members": members,
         "select": select,
+        "unit": unit,
         "seed": seed,
         "device": device,
         "threads": threads,

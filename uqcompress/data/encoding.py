@@ -26,6 +26,7 @@ class EncodedData:
     pixel_values: npt.NDArray[np.float32] | None = None
     input_ids: list[list[int]] | None = None
     pad_token_id: int = 0
+    pad_left: bool = False  # the tokenizer pads on the left (decoders often do)
     truncated: int = 0
 
     def __len__(self) -> int:
@@ -76,12 +77,14 @@ def encode(
         labels=label_ids,
         input_ids=[list(map(int, row)) for row in ids],
         pad_token_id=int(pad if pad is not None else 0),
+        pad_left=getattr(loaded.tokenizer, "padding_side", "right") == "left",
         truncated=truncated,
     )
 
 
 def collate(encoded: EncodedData, indices: list[int]) -> dict[str, Any]:
-    """Build one batch; text is padded to the longest example in the batch.
+    """Build one batch; text is padded to the longest example in the batch, on the side the
+    tokenizer pads (right unless it says left).
 
     Shape: `pixel_values [B, C, H, W]`, or `input_ids`/`attention_mask`/`token_type_ids`
     `[B, T]`; `labels [B]`.
@@ -99,8 +102,9 @@ def collate(encoded: EncodedData, indices: list[int]) -> dict[str, Any]:
     ids = torch.full((len(rows), width), encoded.pad_token_id, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
     for i, row in enumerate(rows):
-        ids[i, : len(row)] = torch.as_tensor(row)
-        mask[i, : len(row)] = 1
+        start = width - len(row) if encoded.pad_left else 0
+        ids[i, start : start + len(row)] = torch.as_tensor(row)
+        mask[i, start : start + len(row)] = 1
     batch["input_ids"] = ids
     batch["attention_mask"] = mask
     batch["token_type_ids"] = torch.zeros_like(ids)

@@ -81,8 +81,22 @@ def _trace_inputs(loaded: LoadedModel) -> tuple[Any, ...]:
     return image
 
 
-def export_graph(graph: Any, loaded: LoadedModel, path: Path, opset: int) -> None:
-    """Trace ``graph`` with the dynamo exporter into one self-contained `.onnx` file."""
+# Weights above this go to an external-data file beside the graph (`model.onnx.data`): one
+# protobuf message cannot exceed 2 GiB, and the graph itself needs some room.
+EXTERNAL_DATA_BYTES = 1_800_000_000
+
+
+def weight_bytes(model: Any) -> int:
+    """Bytes of a module's parameters and floating-point buffers (what the graph stores)."""
+    tensors = [*model.parameters(), *(b for b in model.buffers() if b.is_floating_point())]
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def export_graph(graph: Any, loaded: LoadedModel, path: Path, opset: int) -> bool:
+    """Trace ``graph`` with the dynamo exporter into `path`: one self-contained `.onnx` file,
+    or, for weights over `EXTERNAL_DATA_BYTES`, the graph plus `<path>.data` beside it
+    (ONNX external data, which ONNX Runtime reads from the graph's folder). Returns whether
+    the weights went to external data."""
     import torch
     from torch.export import Dim
 
@@ -106,6 +120,7 @@ def export_graph(graph: Any, loaded: LoadedModel, path: Path, opset: int) -> Non
             names += (contract.NOISE_INPUT,)
             dynamic += ({0: batch},)
     graph.eval()
+    external = weight_bytes(graph) > EXTERNAL_DATA_BYTES
     # The exporter narrates on stdout, which carries only our result: send it to stderr.
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)
     with warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr):
@@ -118,17 +133,19 @@ def export_graph(graph: Any, loaded: LoadedModel, path: Path, opset: int) -> Non
             dynamic_shapes=dynamic,
             opset_version=opset,
             dynamo=True,
-            external_data=False,
+            external_data=external,
             verbose=False,
         )
         assert program is not None
-        program.save(str(path), external_data=False)
+        program.save(str(path), external_data=external)
+    return external
 
 
 def write_metadata(path: Path, metadata: dict[str, str]) -> None:
     import onnx
 
-    model = onnx.load(str(path))
+    # The graph only: external data (if any) stays where it is, referenced by location.
+    model = onnx.load(str(path), load_external_data=False)
     del model.metadata_props[:]
     for key, value in sorted(metadata.items()):
         entry = model.metadata_props.add()

@@ -42,6 +42,9 @@ _SHAPE_KEYS = (
     "max_position_embeddings",
     "type_vocab_size",
     "embedding_size",
+    "num_key_value_heads",
+    "head_dim",
+    "rms_norm_eps",
     "mlp_ratio",
     "use_swiglu_ffn",
     "image_size",
@@ -60,6 +63,7 @@ class MemberParts:
     norm_mlp: list[nn.Module]
     mlp_in: list[nn.Linear]
     mlp_out: list[nn.Linear]
+    mlp_gate: list[nn.Linear | None]  # gated MLPs (SwiGLU)
     attention_scale: list[torch.Tensor | None]  # per layer (layer-scale families)
     mlp_scale: list[torch.Tensor | None]
     final_norm: nn.Module | None  # families with a norm after the last block
@@ -78,6 +82,7 @@ def member_parts(loaded: LoadedModel) -> MemberParts:
         norm_mlp=[block.norm_mlp for block in blocks],
         mlp_in=[block.mlp.up for block in blocks],
         mlp_out=[block.mlp.down for block in blocks],
+        mlp_gate=[block.mlp.gate for block in blocks],
         attention_scale=[block.attention_scale for block in blocks],
         mlp_scale=[block.mlp_scale for block in blocks],
         final_norm=head.final_norm,
@@ -103,7 +108,7 @@ def check_fusable(members: list[LoadedModel], names: list[str]) -> None:
                 "single pruned models",
                 hint="make members with uqc prune SCORES --members 3",
             )
-    refused = hydra_refusal(first.family, first.config)
+    refused = hydra_refusal(first.family)
     if refused is not None:
         raise IncompatibleInputError(
             f"{names[0]}: {refused}",
@@ -157,10 +162,17 @@ def fuse(members: list[LoadedModel]) -> LoadedModel:
         for index, layer in enumerate(hydra.layers):
             _average_into(layer.mlp_in, [p.mlp_in[index] for p in parts])
             _average_into(layer.mlp_out, [p.mlp_out[index] for p in parts])
+            if layer.mlp_gate is not None:
+                _average_into(layer.mlp_gate, [_required(p.mlp_gate[index]) for p in parts])
             _stack_norm(layer.norm_attention, [p.norm_attention[index] for p in parts])
             _stack_norm(layer.norm_mlp, [p.norm_mlp[index] for p in parts])
             attention = [p.attention[index] for p in parts]
             _stack_qkv(layer.attention.qkv, attention)
+            if layer.attention.query_norm is not None:
+                _stack_norm(
+                    layer.attention.query_norm, [_required(a.query_norm) for a in attention]
+                )
+                _stack_norm(layer.attention.key_norm, [_required(a.key_norm) for a in attention])
             _stack_heads(layer.attention.output, [a.output for a in attention])
             if layer.scale_attention is not None:
                 _stack_scale(layer.scale_attention, [p.attention_scale[index] for p in parts])
@@ -186,8 +198,10 @@ def shared_weight_members(members: list[LoadedModel]) -> list[LoadedModel]:
         for p in parts:
             p.embeddings.load_state_dict(shared.state_dict())
         for index in range(len(parts[0].mlp_in)):
-            for name in ("mlp_in", "mlp_out"):
+            for name in ("mlp_in", "mlp_out", "mlp_gate"):
                 modules = [getattr(p, name)[index] for p in parts]
+                if modules[0] is None:  # not a gated MLP
+                    continue
                 mean = copy.deepcopy(modules[0])
                 _average_into(mean, modules)
                 for module in modules:
@@ -207,7 +221,10 @@ def mlp_spread(members: list[LoadedModel]) -> float:
 
 
 def _shared_tensors(parts: list[MemberParts]) -> Iterator[list[torch.Tensor]]:
-    modules = [[p.embeddings, *p.mlp_in, *p.mlp_out] for p in parts]
+    modules = [
+        [p.embeddings, *p.mlp_in, *p.mlp_out, *(g for g in p.mlp_gate if g is not None)]
+        for p in parts
+    ]
     for group in zip(*modules, strict=True):
         states = [m.state_dict() for m in group]
         for key, value in states[0].items():
@@ -233,9 +250,10 @@ def _mean(tensors: list[torch.Tensor]) -> torch.Tensor:
 
 
 def _stack_norm(target: Any, norms: list[Any]) -> None:
-    """Shape: M LayerNorms of `[d]` -> target weight/bias `[M, d]`."""
+    """Shape: M norms of `[d]` -> target weight (and bias, LayerNorm) `[M, d]`."""
     target.weight.copy_(torch.stack([n.weight for n in norms]))
-    target.bias.copy_(torch.stack([n.bias for n in norms]))
+    if target.bias is not None:
+        target.bias.copy_(torch.stack([n.bias for n in norms]))
 
 
 def _stack_scale(target: Any, scales: list[torch.Tensor | None]) -> None:
@@ -262,18 +280,23 @@ def _stack_heads(target: Any, linears: list[nn.Linear]) -> None:
 
 
 def _stack_qkv(target: Any, attention: list[AttentionParts]) -> None:
-    """Shape: per member Q, K, V weights `[k_m d_h, d]` -> target `[M, d, 3 * slots d_h]`,
-    laid out [Q | K | V] with each block zero-padded from k_m d_h to slots d_h columns."""
+    """Shape: per member Q weights `[k_m d_h, d]` and K, V weights `[g_m d_h, d]` -> target
+    `[M, d, 3 * slots d_h]`, laid out [Q | K | V], each block zero-padded from k_m d_h to
+    slots d_h columns. With grouped key/value heads, query slot j's K and V columns are those
+    of the key/value head it reads (j // group size): K/V are laid out per query head."""
     width = target.weight.shape[-1] // 3
     target.weight.zero_()
     target.bias.zero_()
     for m, parts in enumerate(attention):
+        d, group = parts.head_dim, max(parts.group_size, 1)
+        rows = torch.arange(parts.heads * d)
+        per_query = (rows // d // group) * d + rows % d  # K/V row read by each Q row
         for block, linear in enumerate((parts.query, parts.key, parts.value)):
-            used = linear.weight.shape[0]
+            index = rows if block == 0 else per_query
             start = block * width
-            target.weight[m, :, start : start + used] = linear.weight.t()
+            target.weight[m, :, start : start + len(index)] = linear.weight[index].t()
             if linear.bias is not None:
-                target.bias[m, 0, start : start + used] = linear.bias
+                target.bias[m, 0, start : start + len(index)] = linear.bias[index]
 
 
 def _required(module: Any) -> Any:

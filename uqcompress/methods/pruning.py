@@ -16,6 +16,14 @@ import math
 import torch
 
 from uqcompress.errors import ConfigError, IncompatibleInputError
+from uqcompress.methods.gqa import (
+    UNITS,
+    expand,
+    removed_units,
+    unit_scores,
+    units_floor,
+)
+from uqcompress.models.head_gates import HeadGroups
 
 SCOPES = ("layer", "global")
 
@@ -145,11 +153,12 @@ SELECTS = ("topk", "gumbel", "partition")
 GUMBEL_TEMPERATURE = 1.0  # on per-layer min-max scores: the best head is at most e times likelier
 
 
-def member_keep_count(num_heads: int, members: int, ratio: float | None) -> int:
-    """Heads each member keeps per layer: H - round(ratio * H), or max(1, round(H / M)) so
-    that the M members together hold about the base model's head count."""
+def member_keep_count(num_heads: int, members: int, ratio: float | None, unit: int = 1) -> int:
+    """Heads each member keeps per layer: H - round(ratio * H), or about H / M in whole
+    units of `unit` heads (grouped-query attention), at least one unit, so that the M
+    members together hold about the base model's head count."""
     if ratio is None:
-        return max(1, round(num_heads / members))
+        return max(1, round(num_heads / members / unit)) * unit
     if not 0.0 <= ratio < 1.0:
         raise ConfigError(f"--ratio {ratio} is outside [0, 1)", hint="pass e.g. --ratio 0.5")
     return num_heads - round(ratio * num_heads)
@@ -223,3 +232,67 @@ def jaccard_per_layer(members: list[list[list[int]]]) -> list[float]:
         values = [len(a & b) / len(a | b) if a | b else 1.0 for a, b in pairs]
         result.append(sum(values) / len(values) if values else 1.0)
     return result
+
+
+def select_grouped_heads(
+    scores: torch.Tensor,
+    groups: HeadGroups,
+    ratio: float,
+    scope: str = "layer",
+    min_heads_per_layer: int = 1,
+    unit: str = "query",
+) -> list[list[int]]:
+    """`select_heads` for a model with grouped-query attention: whole units go (see
+    `methods/gqa.py`), so every kept key/value head keeps the same number of query heads.
+    Without GQA it is `select_heads`.
+
+    Shape: scores `[L, H]` -> L sorted lists of kept query heads.
+    """
+    if unit not in UNITS:
+        raise ConfigError(f"unknown --unit {unit!r}", hint=f"use one of: {', '.join(UNITS)}")
+    if not groups.grouped:
+        return select_heads(scores, ratio, scope, min_heads_per_layer)
+    if not 0.0 <= ratio < 1.0:
+        raise ConfigError(f"--ratio {ratio} is outside [0, 1)", hint="pass e.g. --ratio 0.5")
+    unit_ratio = removed_units(ratio, groups, unit, scope)
+    values, units = unit_scores(scores, groups, unit)
+    floor = units_floor(min_heads_per_layer, groups, unit)
+    return expand(select_heads(values, unit_ratio, scope, floor), units)
+
+
+def select_grouped_member_heads(
+    scores: torch.Tensor,
+    groups: HeadGroups,
+    members: int,
+    keep: int,
+    select: str,
+    seed: int = 0,
+    unit: str = "query",
+) -> list[list[list[int]]]:
+    """`select_member_heads` for grouped-query attention: each member keeps `keep` query
+    heads per layer in whole units. Without GQA it is `select_member_heads`.
+
+    Shape: scores `[M, L, H]` or `[L, H]` -> M lists of L sorted lists of kept query heads.
+    """
+    if unit not in UNITS:
+        raise ConfigError(f"unknown --unit {unit!r}", hint=f"use one of: {', '.join(UNITS)}")
+    if not groups.grouped:
+        return select_member_heads(scores, members, keep, select, seed)
+    size = groups.unit_size(0, unit)
+    heads = groups.heads[0]
+    if keep % size:
+        valid = ", ".join(f"{1 - k * size / heads:g}" for k in range(1, heads // size + 1))
+        raise ConfigError(
+            f"each member would keep {keep} of {heads} query heads per layer, not a whole "
+            f"number of --unit {unit} units of {size} heads (grouped-query attention)",
+            hint=f"use one of --ratio {valid}",
+        )
+    sets = [scores[m] for m in range(scores.shape[0])] if scores.dim() == 3 else [scores]
+    if select != "topk":
+        sets = [torch.stack(sets).mean(dim=0)]  # one ranking, as select_member_heads does
+    per_set = [unit_scores(s, groups, unit) for s in sets]
+    stacked = torch.stack([values for values, _ in per_set])
+    chosen = select_member_heads(
+        stacked if select == "topk" else stacked[0], members, keep // size, select, seed
+    )
+    return [expand(c, per_set[m if select == "topk" else 0][1]) for m, c in enumerate(chosen)]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -22,9 +23,47 @@ if TYPE_CHECKING:
     from uqcompress.models.loading import LoadedModel
 
 
+@dataclass(frozen=True)
+class HeadGroups:
+    """Query heads and key/value heads per layer, as a model has them now."""
+
+    heads: list[int]
+    kv_heads: list[int]
+
+    def group_size(self, layer: int) -> int:
+        """Query heads per key/value head in `layer` (0 for an empty layer)."""
+        kv = self.kv_heads[layer]
+        return self.heads[layer] // kv if kv else 0
+
+    @property
+    def grouped(self) -> bool:
+        """Whether any layer shares a key/value head between query heads."""
+        return any(self.group_size(layer) > 1 for layer in range(len(self.heads)))
+
+    def unit_size(self, layer: int, unit: str) -> int:
+        """Query heads in one unit of `layer`."""
+        group = self.group_size(layer)
+        if group <= 1:
+            return 1
+        return self.kv_heads[layer] if unit == "query" else group
+
+    def kv_head_of_query(self) -> list[list[int]]:
+        """Per layer, the key/value head each query head reads (for the scores artifact)."""
+        return [
+            [h // max(self.group_size(layer), 1) for h in range(heads)]
+            for layer, heads in enumerate(self.heads)
+        ]
+
+
 def heads_per_layer(loaded: LoadedModel) -> list[int]:
     """Current head count of each layer (uneven after pruning)."""
     return [parts.heads for parts in loaded.family.attention_layers(loaded.model)]
+
+
+def head_groups(loaded: LoadedModel) -> HeadGroups:
+    """Query and key/value heads per layer (grouped-query attention when they differ)."""
+    layers = loaded.family.attention_layers(loaded.model)
+    return HeadGroups(heads=[p.heads for p in layers], kv_heads=[p.kv_heads for p in layers])
 
 
 def head_dim(loaded: LoadedModel) -> int:

@@ -30,28 +30,37 @@ from torch import nn
 from transformers.activations import ACT2FN
 
 from uqcompress.models.families import FAMILIES, Family, family_named
-from uqcompress.models.families.base import BlockSizes, config_head_dim
+from uqcompress.models.families.base import (
+    BlockSizes,
+    Layout,
+    config_head_dim,
+    last_token_index,
+    rotate,
+)
 from uqcompress.models.grouped import GroupedLinear
 from uqcompress.models.kinds import HYDRA_KEY  # config field holding the HydraSpec as a dict
 from uqcompress.models.outputs import MemberOutput
 
 
 def hydra_supports(family: Family) -> bool:
-    """Whether the fused layers below can express `family`: LayerNorm blocks (pre- or
-    post-LN, with or without layer scale) with a plain MLP, and a head that reads the first
-    token (optionally beside the mean of the others), optionally through a dense pooler."""
+    """Whether the fused layers below can express `family`: LayerNorm or RMSNorm blocks
+    (pre- or post-norm, with or without layer scale), a plain or gated MLP, attention with or
+    without rotary positions, grouped key/value heads and per-head q/k norms, and a head that
+    reads the first token (optionally beside the mean of the others, optionally through a
+    dense pooler) or the last real token. Every registered family, today; a family outside
+    these gets a refusal, not a wrong model."""
     layout = family.layout
-    return layout.norm == "layernorm" and not layout.gated_mlp and layout.pooled_token != "last"
+    return layout.norm in ("layernorm", "rmsnorm")
 
 
-def hydra_refusal(family: Family, config: Any) -> str | None:
-    """Why a model of `family` with `config` cannot be fused, in one line; None if it can."""
+def hydra_refusal(family: Family) -> str | None:
+    """Why models of `family` cannot be fused, in one line; None if they can."""
     if not hydra_supports(family):
         return (
-            f"Hydra does not support the {family.name} family (it fuses LayerNorm blocks with "
-            "a plain MLP and a first-token head)"
+            f"Hydra does not support the {family.name} family (it fuses LayerNorm or RMSNorm "
+            "blocks)"
         )
-    return family.refusal("fuse", config)
+    return None
 
 
 def hydra_families() -> tuple[str, ...]:
@@ -111,6 +120,35 @@ class MemberLayerNorm(nn.Module):
         return out.reshape(x.shape)
 
 
+class MemberRMSNorm(nn.Module):
+    """RMSNorm (Llama's: in float32, `x / sqrt(mean(x^2) + eps)`, then the scale) with its own
+    scale per member. No bias: `_stack_norm` leaves `bias` None alone.
+
+    Shape: x `[M*B, ..., d]` (member-major) -> same.
+    """
+
+    bias: None = None
+
+    def __init__(self, members: int, hidden: int, eps: float) -> None:
+        super().__init__()
+        self.members, self.eps = members, eps
+        self.weight = nn.Parameter(torch.ones(members, hidden))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype, hidden = x.dtype, x.shape[-1]
+        wide = x.to(torch.float32)
+        normed = wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + self.eps)
+        grouped = normed.to(dtype).reshape(self.members, -1, hidden)
+        return (self.weight[:, None, :] * grouped).reshape(x.shape)
+
+
+def member_norm(kind: str, members: int, width: int, eps: float) -> nn.Module:
+    """A per-member norm of the family's kind (`Layout.norm`)."""
+    if kind == "rmsnorm":
+        return MemberRMSNorm(members, width, eps)
+    return MemberLayerNorm(members, width, eps)
+
+
 class MemberScale(nn.Module):
     """Layer scale with its own `[d]` vector per member (DINOv2's `layer_scale1/2`).
 
@@ -130,11 +168,22 @@ class MemberScale(nn.Module):
 class FusedAttention(nn.Module):
     """Every member's heads in one attention call, members never mixed.
 
-    Shape: x `[M*B, T, d]`, additive mask `[M*B, 1, 1, T]` or None -> `[M*B, T, d]`.
+    Grouped key/value heads (GQA) are laid out per query head: the K and V columns of a query
+    slot are those of the key/value head it reads, so one attention call covers members with
+    different groupings (exact; K/V projections cost as much as Q's).
+
+    Shape: x `[M*B, T, d]`, additive mask `[M*B, 1, 1 or T, T]` or None, rotary cos/sin
+    `[1, T, d_h]` or None -> `[M*B, T, d]`.
     """
 
     def __init__(
-        self, members: int, hidden: int, slots: int, head_dim: int, dropout: float
+        self,
+        members: int,
+        hidden: int,
+        slots: int,
+        head_dim: int,
+        dropout: float,
+        qk_norm: tuple[str, float] | None = None,
     ) -> None:
         super().__init__()
         self.slots, self.head_dim, self.dropout = slots, head_dim, dropout
@@ -142,8 +191,18 @@ class FusedAttention(nn.Module):
         # Q, K and V of every member in one grouped GEMM: columns [Q | K | V], each `width`.
         self.qkv = GroupedLinear(members, hidden, 3 * width)
         self.output = GroupedLinear(members, width, hidden)
+        # Per-head norms over head_dim on queries and keys (Qwen3), per member.
+        self.query_norm = (
+            member_norm(qk_norm[0], members, head_dim, qk_norm[1]) if qk_norm else None
+        )
+        self.key_norm = member_norm(qk_norm[0], members, head_dim, qk_norm[1]) if qk_norm else None
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None,
+        rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
         if self.slots == 0:
             # No member has a head here: the layer adds its output biases only (what
             # transformers' fully gated layer computes), without zero-sized attention.
@@ -151,7 +210,12 @@ class FusedAttention(nn.Module):
             return (grouped + self.output.bias).reshape(x.shape)
         rows, length, _ = x.shape
         qkv = self.qkv(x).reshape(rows, length, 3, self.slots, self.head_dim)
-        query, key, value = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each [M*B, slots, T, d_h]
+        query, key, value = qkv.unbind(2)  # each [M*B, T, slots, d_h]
+        if self.query_norm is not None and self.key_norm is not None:
+            query, key = self.query_norm(query), self.key_norm(key)
+        query, key, value = (t.transpose(1, 2) for t in (query, key, value))
+        if rotary is not None:
+            query, key = rotate(query, *rotary), rotate(key, *rotary)
         attended = F.scaled_dot_product_attention(
             query,
             key,
@@ -164,51 +228,63 @@ class FusedAttention(nn.Module):
 
 
 class HydraLayer(nn.Module):
-    """One fused transformer block; `pre_norm` picks the pre-LN (ViT) or post-LN (BERT) order,
-    `layer_scale` adds per-member scales on both sublayers' outputs (DINOv2).
+    """One fused transformer block; `layout` picks the pre-norm (ViT, decoders) or post-norm
+    (BERT) order, the norm kind, a gated MLP, layer scales (DINOv2) and q/k norms (Qwen3).
 
     Shape: x `[M*B, T, d]` -> `[M*B, T, d]`.
     """
 
     def __init__(
-        self,
-        sizes: BlockSizes,
-        head_dim: int,
-        members: int,
-        slots: int,
-        pre_norm: bool,
-        layer_scale: bool,
+        self, sizes: BlockSizes, head_dim: int, members: int, slots: int, layout: Layout
     ) -> None:
         super().__init__()
-        hidden = sizes.hidden
-        self.pre_norm = pre_norm
-        self.attention = FusedAttention(members, hidden, slots, head_dim, sizes.attention_dropout)
-        self.norm_attention = MemberLayerNorm(members, hidden, sizes.norm_eps)
-        self.norm_mlp = MemberLayerNorm(members, hidden, sizes.norm_eps)
-        self.mlp_in = nn.Linear(hidden, sizes.intermediate)
-        self.mlp_out = nn.Linear(sizes.intermediate, hidden)
+        hidden, eps = sizes.hidden, sizes.norm_eps
+        self.pre_norm = layout.norm_order == "pre"
+        qk_norm = (layout.norm, eps) if layout.qk_norm else None
+        self.attention = FusedAttention(
+            members, hidden, slots, head_dim, sizes.attention_dropout, qk_norm
+        )
+        self.norm_attention = member_norm(layout.norm, members, hidden, eps)
+        self.norm_mlp = member_norm(layout.norm, members, hidden, eps)
+        inner, bias = sizes.intermediate, sizes.mlp_bias
+        self.mlp_gate = nn.Linear(hidden, inner, bias=bias) if sizes.gated_mlp else None
+        self.mlp_in = nn.Linear(hidden, inner, bias=bias)
+        self.mlp_out = nn.Linear(inner, hidden, bias=bias)
         self.activation = ACT2FN[sizes.activation]
         self.dropout = nn.Dropout(sizes.hidden_dropout)
-        self.scale_attention = MemberScale(members, hidden) if layer_scale else None
-        self.scale_mlp = MemberScale(members, hidden) if layer_scale else None
+        self.scale_attention = MemberScale(members, hidden) if layout.layer_scale else None
+        self.scale_mlp = MemberScale(members, hidden) if layout.layer_scale else None
 
     def mlp(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.mlp_out(self.activation(self.mlp_in(x)))
+        if self.mlp_gate is not None:  # gated (SwiGLU): down(act(gate(x)) * up(x))
+            out = self.mlp_out(self.activation(self.mlp_gate(x)) * self.mlp_in(x))
+        else:
+            out = self.mlp_out(self.activation(self.mlp_in(x)))
         if self.scale_mlp is not None:
             out = self.scale_mlp(out)
         return self.dropout(out)
 
-    def attend(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        out = self.attention(x, mask)
+    def attend(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None,
+        rotary: tuple[torch.Tensor, torch.Tensor] | None,
+    ) -> torch.Tensor:
+        out = self.attention(x, mask, rotary)
         if self.scale_attention is not None:
             out = self.scale_attention(out)
         return self.dropout(out)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None,
+        rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
         if self.pre_norm:
-            x = x + self.attend(self.norm_attention(x), mask)
+            x = x + self.attend(self.norm_attention(x), mask, rotary)
             return x + self.mlp(self.norm_mlp(x))
-        x = self.norm_attention(x + self.attend(x, mask))  # post-LN
+        x = self.norm_attention(x + self.attend(x, mask, rotary))  # post-norm
         return self.norm_mlp(x + self.mlp(x))
 
 
@@ -222,7 +298,7 @@ class HydraModel(nn.Module):
     def __init__(self, config: Any, family: Family | str) -> None:
         super().__init__()
         found = family_named(family)
-        refused = None if found is None else hydra_refusal(found, config)
+        refused = None if found is None else hydra_refusal(found)
         if found is None or refused is not None:
             name = family if isinstance(family, str) else family.name
             raise ValueError(refused or f"Hydra supports {hydra_families()}, not {name!r}")
@@ -234,18 +310,12 @@ class HydraModel(nn.Module):
         members, hidden = self.spec.members, sizes.hidden
         self.embeddings = found.build_embeddings(config)
         self.layers = nn.ModuleList(
-            HydraLayer(
-                sizes,
-                config_head_dim(config),
-                members,
-                self.spec.slots(layer),
-                pre_norm=layout.norm_order == "pre",
-                layer_scale=layout.layer_scale,
-            )
+            HydraLayer(sizes, config_head_dim(config), members, self.spec.slots(layer), layout)
             for layer in range(self.spec.layers)
         )
         final_norm = layout.final_norm
-        self.final_norm = MemberLayerNorm(members, hidden, sizes.norm_eps) if final_norm else None
+        norm = layout.norm
+        self.final_norm = member_norm(norm, members, hidden, sizes.norm_eps) if final_norm else None
         pooled = layout.pooler_activation is not None
         self.pooler = GroupedLinear(members, hidden, hidden) if pooled else None
         self.classifier_dropout = nn.Dropout(found.classifier_dropout(config))
@@ -258,15 +328,22 @@ class HydraModel(nn.Module):
     def members(self) -> int:
         return self.spec.members
 
-    def pool(self, x: torch.Tensor) -> torch.Tensor:
+    def pool(self, x: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
         """The final norm (if any) and the token(s) the head reads.
 
-        Shape: `[M*B, T, d]` -> `[M*B, d]`, or `[M*B, 2d]` for `first_and_mean` pooling.
+        Shape: x `[M*B, T, d]`, keep `[M*B, T]` 1/0 or None -> `[M*B, d]`, or `[M*B, 2d]`
+        for `first_and_mean` pooling.
         """
-        if self.family.layout.pooled_token == "first_and_mean":
+        pooled = self.family.layout.pooled_token
+        if pooled == "first_and_mean":
             if self.final_norm is not None:
                 x = self.final_norm(x)
             return torch.cat([x[:, 0], x[:, 1:].mean(dim=1)], dim=-1)
+        if pooled == "last":  # each member stream's last real token (right or left padding)
+            rows, length = x.shape[:2]
+            last = last_token_index(keep, rows, length).to(x.device)
+            x = x[torch.arange(rows, device=x.device), last][:, None]  # [M*B, 1, d]
+            return (self.final_norm(x) if self.final_norm is not None else x)[:, 0]
         first = x[:, 0]  # the CLS token of every member's stream
         # The norm is per token: norming CLS alone equals norming the sequence first.
         return self.final_norm(first) if self.final_norm is not None else first
@@ -277,9 +354,11 @@ class HydraModel(nn.Module):
         if mask is not None:
             mask = mask.repeat(m, 1, 1, 1)  # [M*B, 1, 1, T]: the same for every member
         x = embedded.repeat(m, 1, 1)  # [M*B, T, d], member-major
+        rotary = self.family.rotary_positions(self.config, embedded)  # shared by every layer
         for layer in self.layers:
-            x = layer(x, mask)
-        first = self.pool(x)  # [M*B, d] (or [M*B, 2d])
+            x = layer(x, mask, rotary)
+        keep = inputs.get("attention_mask")
+        first = self.pool(x, keep.repeat(m, 1) if keep is not None else None)
         if self.pooler is not None:
             first = self.pooler(first)
             if self.pooler_activation is not None:

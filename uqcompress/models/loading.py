@@ -161,6 +161,10 @@ class LoadedModel:
     # that a step deriving a new model from this one (finetune, prune, ...) never carries a
     # stale calibration forward; `save_model(keep_calibration=True)` writes it back.
     calibration: Calibration | None = None
+    # What loading changed that a user should hear about (a checkpoint's half-precision
+    # weights widened to float32, a padding token adopted): `uqc import` warns with these.
+    notes: list[str] = field(default_factory=list)
+    checkpoint_dtype: str | None = None  # the weights' dtype in the checkpoint, if not float32
 
     def derived(self, model: Any, config: PretrainedConfig) -> LoadedModel:
         """Another model of the same task (an ensemble or student made from this one): same
@@ -241,9 +245,15 @@ def load_model(source: ModelSource) -> LoadedModel:
     kind = kind_of(config)
     if kind.skeleton is not None:  # ours: transformers cannot rebuild its shapes
         return _finish(_load_into_skeleton(kind, path, config, family), path)
+    import torch
+
+    stored = str(getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or "")
+    stored = stored.removeprefix("torch.")
     try:
+        # float32 whatever the checkpoint holds: half-precision training and scoring on CPU
+        # would be slow and imprecise (transformers 5 keeps the stored dtype by default).
         loaded_with_info: Any = family.classifier_class().from_pretrained(
-            str(path), output_loading_info=True
+            str(path), output_loading_info=True, dtype=torch.float32
         )
         model, info = loaded_with_info
     except Exception as exc:  # damaged weights, shapes that contradict config.json, ...
@@ -255,6 +265,9 @@ def load_model(source: ModelSource) -> LoadedModel:
     loaded = LoadedModel(
         model=model, family=family, config=model.config, labels=labels_of(model.config)
     )
+    if stored and stored != "float32":
+        loaded.checkpoint_dtype = stored
+        loaded.notes.append(f"{path} stores {stored} weights; they were loaded as float32")
     # A checkpoint without a classifier (an encoder such as a sentence-embedding model) gets
     # a randomly initialised head from transformers; say so instead of hiding it.
     head = family.classifier_name(model)
@@ -294,11 +307,38 @@ def _finish(loaded: LoadedModel, path: Path) -> LoadedModel:
                 f"{path} holds a text model but no tokenizer files",
                 hint="save the tokenizer beside the model (tokenizer.save_pretrained(dir))",
             ) from exc
+        _settle_padding(loaded, path)
     else:
         loaded.preprocessing = ImagePreprocessing.load(
             path, int(config.image_size), int(config.num_channels)
         )
     return loaded
+
+
+def _settle_padding(loaded: LoadedModel, path: Path) -> None:
+    """Give the model and its tokenizer one padding token, as transformers' own recipe for
+    decoders does: the config's, else the tokenizer's, else the end-of-text token (a note
+    says so). A last-token classifier without any cannot batch: one clear line."""
+    config, tokenizer = loaded.model.config, loaded.tokenizer
+    assert tokenizer is not None
+    if config.pad_token_id is not None:
+        return
+    if tokenizer.pad_token_id is not None:
+        config.pad_token_id = int(tokenizer.pad_token_id)
+    elif tokenizer.eos_token_id is not None:
+        tokenizer.pad_token = tokenizer.eos_token
+        config.pad_token_id = int(tokenizer.eos_token_id)
+        loaded.notes.append(
+            f"{path} has no padding token; the end-of-text token {tokenizer.eos_token!r} pads "
+            "(transformers' recipe for decoders)"
+        )
+    elif loaded.family.layout.pooled_token == "last":
+        raise ArtifactError(
+            f"{path} has no padding token and no end-of-text token: its classifier reads the "
+            "last real token, which cannot be found in a padded batch",
+            hint="set pad_token_id in config.json and the tokenizer's pad_token",
+        )
+    loaded.config = config
 
 
 def _load_into_skeleton(kind: ModelKind, path: Path, config: Any, family: Family) -> LoadedModel:

@@ -30,11 +30,12 @@ class NoHeadsSelfAttention(nn.Module):
 
 
 class NoHeadsAttention(nn.Module):
-    """A whole attention module with no heads (ViT, DeiT, DINOv2, DistilBERT): returns the
-    output projection's bias. The projections keep the family's attribute names, so
-    state-dict keys stay those of the module it replaces."""
+    """A whole attention module with no heads (ViT, DeiT, DINOv2, DistilBERT, decoders):
+    returns the output projection's bias. The projections (and any other weights, such as
+    Qwen3's q/k norms) keep the family's attribute names, so state-dict keys stay those of the
+    module it replaces."""
 
-    def __init__(self, output: str, **projections: nn.Linear) -> None:
+    def __init__(self, output: str, **projections: nn.Module) -> None:
         super().__init__()
         for name, linear in projections.items():
             setattr(self, name, linear)

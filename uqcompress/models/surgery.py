@@ -73,8 +73,13 @@ def prune_heads(loaded: LoadedModel, keep: list[list[int]]) -> None:
             raise ValueError(
                 f"layer {layer}: keep {heads} is not a sorted subset of 0..{current - 1}"
             )
-        # The rows of head h are h*d .. h*d + d - 1 in Q/K/V, and the same columns in O.
+        # The rows of head h are h*d .. h*d + d - 1 in Q, and the same columns in O.
         index = torch.tensor([h * d + i for h in heads for i in range(d)], dtype=torch.long)
+        # K/V: the key/value heads the kept query heads read (all of them without GQA).
+        kv_index = torch.tensor(
+            [g * d + i for g in kept_kv_heads(parts, heads, layer) for i in range(d)],
+            dtype=torch.long,
+        )
 
         out = _linear(len(index), parts.output.out_features, parts.output.bias is not None)
         with torch.no_grad():
@@ -85,14 +90,35 @@ def prune_heads(loaded: LoadedModel, keep: list[list[int]]) -> None:
         new_parts = replace(
             parts,
             query=_rows(parts.query, index),
-            key=_rows(parts.key, index),
-            value=_rows(parts.value, index),
+            key=_rows(parts.key, kv_index),
+            value=_rows(parts.value, kv_index),
             output=out,
         )
         loaded.family.set_attention_layer(loaded.model, layer, new_parts, len(heads))
     composed = [[before[layer][h] for h in heads] for layer, heads in enumerate(keep)]
     setattr(loaded.model.config, KEPT_HEADS_KEY, composed)
     loaded.config = loaded.model.config
+
+
+def kept_kv_heads(parts: Any, heads: list[int], layer: int) -> list[int]:
+    """The key/value heads that query heads `heads` read (current indices), for grouped-query
+    attention: query head h reads key/value head h // group_size, and every kept key/value
+    head must keep the same number of query heads (the attention repeats each K/V head that
+    many times). Without grouping, the kept heads themselves.
+    """
+    group = parts.group_size
+    if group <= 1:
+        return list(heads)
+    readers: dict[int, int] = {}
+    for h in heads:
+        readers[h // group] = readers.get(h // group, 0) + 1
+    if len(set(readers.values())) > 1:
+        raise ValueError(
+            f"layer {layer}: kept query heads {heads} leave key/value heads with "
+            f"{sorted(set(readers.values()))} query heads each; grouped-query attention needs "
+            "the same number for every kept key/value head"
+        )
+    return sorted(readers)
 
 
 def _linear(in_features: int, out_features: int, bias: bool) -> Any:

@@ -161,7 +161,8 @@ def _write_onnx(
         writer.summary["sve_form"] = "factorised"
     onnx_path = writer.dir / contract.ONNX_FILE
     stderr.print(f"[dim]exporting {loaded.family.name} to ONNX (opset {cfg.opset})...[/dim]")
-    export_graph(exported, loaded, onnx_path, cfg.opset)
+    if export_graph(exported, loaded, onnx_path, cfg.opset):
+        writer.summary["external_data"] = f"{onnx_path.name}.data"
     write_metadata(onnx_path, metadata_for(loaded, source_id, source_kind, loaded.members))
     if loaded.input_kind == "text":
         loaded.tokenizer.backend_tokenizer.save(str(writer.dir / contract.TOKENIZER_FILE))

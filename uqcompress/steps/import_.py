@@ -54,6 +54,11 @@ def run(
                 f"head for {len(loaded.labels)} classes was initialised at random: fine-tune "
                 "before use"
             )
+        if loaded.checkpoint_dtype is not None:
+            writer.summary["checkpoint_dtype"] = loaded.checkpoint_dtype
+            writer.summary["loaded_dtype"] = "float32"
+        for note in loaded.notes:
+            writer.warn(note)
         writer.summary["source_fingerprint"] = fingerprint
 
     return build_or_reuse(plan, out, force, build)

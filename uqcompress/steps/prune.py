@@ -23,6 +23,7 @@ class PruneConfig:
     min_heads_per_layer: int = 1
     members: int = 1
     select: str = "topk"
+    unit: str = "query"  # grouped-query attention: remove tiers of query heads, or kv groups
     seed: int = 0
     device: str = fields.device("cpu")
     threads: int | None = fields.threads()
@@ -38,6 +39,10 @@ class PruneConfig:
             problems.add(
                 "--ratio is required for a single pruned model", hint="pass e.g. --ratio 0.5"
             )
+        from uqcompress.methods.gqa import UNITS
+
+        if self.unit not in UNITS:
+            problems.add(f"unknown --unit {self.unit!r}", hint=f"use one of: {', '.join(UNITS)}")
         if self.members > 1 and self.scope != "layer":
             problems.add(
                 "--members prunes every member per layer",
@@ -122,8 +127,8 @@ def run(
         import torch
         from safetensors.torch import load_file
 
-        from uqcompress.methods.pruning import check_scores_fit, select_heads
-        from uqcompress.models.head_gates import heads_per_layer
+        from uqcompress.methods.pruning import check_scores_fit, select_grouped_heads
+        from uqcompress.models.head_gates import head_groups, heads_per_layer
         from uqcompress.models.loading import calibration_dropped, load_model, save_model
         from uqcompress.models.surgery import kept_heads, prune_heads
 
@@ -139,11 +144,15 @@ def run(
             )
         # [L, max H_l]; a model pruned before scoring has NaN where a layer has no head
         check_scores_fit(score, heads)
+        groups = head_groups(loaded)
         if summary.get("method") == "circuit":
             keep = [list(map(int, k)) for k in summary["kept_heads"]]
+            check_grouping(keep, loaded)
         else:
             assert cfg.ratio is not None
-            keep = select_heads(score, cfg.ratio, cfg.scope, cfg.min_heads_per_layer)
+            keep = select_grouped_heads(
+                score, groups, cfg.ratio, cfg.scope, cfg.min_heads_per_layer, cfg.unit
+            )
         params_before = loaded.num_parameters()
         from uqcompress.export.onnx import synthetic_batch
 
@@ -165,6 +174,7 @@ def run(
                 "method": summary.get("method"),
                 "ratio": cfg.ratio,
                 "scope": cfg.scope,
+                **({"unit": cfg.unit} if groups.grouped else {}),
                 "heads_before": sum(heads),
                 "heads_after": sum(after),
                 "heads_per_layer": after,
@@ -178,6 +188,23 @@ def run(
             writer.warn(f"layers {[i for i, h in enumerate(after) if h == 0]} have no heads left")
 
     return build_or_reuse(plan, out, force, build)
+
+
+def check_grouping(keep: list[list[int]], loaded: Any) -> None:
+    """Refuse, in one line, kept heads that break grouped-query attention (circuit scores
+    are searched head by head)."""
+    from uqcompress.models.surgery import kept_kv_heads
+
+    for layer, (parts, heads) in enumerate(
+        zip(loaded.family.attention_layers(loaded.model), keep, strict=True)
+    ):
+        try:
+            kept_kv_heads(parts, heads, layer)
+        except ValueError as exc:
+            raise ConfigError(
+                f"these circuit scores keep heads that break grouped-query attention ({exc})",
+                hint="score with --method hies or taylor and prune with --unit query or kv",
+            ) from exc
 
 
 def _parity(pairs: list[tuple[Any, Any]]) -> Any:
@@ -256,9 +283,9 @@ def _run_members(
             check_scores_fit,
             jaccard_per_layer,
             member_keep_count,
-            select_member_heads,
+            select_grouped_member_heads,
         )
-        from uqcompress.models.head_gates import heads_per_layer
+        from uqcompress.models.head_gates import head_groups, heads_per_layer
         from uqcompress.models.loading import calibration_dropped, load_model, save_model
         from uqcompress.models.surgery import prune_heads
 
@@ -274,12 +301,18 @@ def _run_members(
                 f"this model has {heads} heads per layer",
                 hint="make members from the unpruned model, or from one pruned with --scope layer",
             )
+        groups = head_groups(base)
         if summary.get("method") == "circuit":
             # each member is exactly its searched circuit (checked in _check_circuit_members)
             keeps = [[list(map(int, layer)) for layer in m] for m in summary["kept_heads"]]
+            for keep in keeps:
+                check_grouping(keep, base)
         else:
-            keep_count = member_keep_count(heads[0], cfg.members, cfg.ratio)
-            keeps = select_member_heads(score, cfg.members, keep_count, cfg.select, cfg.seed)
+            unit = groups.unit_size(0, cfg.unit)
+            keep_count = member_keep_count(heads[0], cfg.members, cfg.ratio, unit)
+            keeps = select_grouped_member_heads(
+                score, groups, cfg.members, keep_count, cfg.select, cfg.seed, cfg.unit
+            )
         params_before = base.num_parameters()
         from uqcompress.export.onnx import synthetic_batch
 

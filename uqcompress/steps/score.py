@@ -150,6 +150,12 @@ def run(
             metadata={"format": "pt"},
         )
         score = tensors["score"]
+        from uqcompress.models.head_gates import head_groups
+
+        groups = head_groups(loaded)
+        if groups.grouped:  # grouped-query attention: which key/value head each query reads
+            writer.summary["key_value_heads_per_layer"] = groups.kv_heads
+            writer.summary["kv_head_of_query"] = groups.kv_head_of_query()
         writer.summary.update(
             {
                 "method": cfg.method,

@@ -19,13 +19,16 @@ from uqcompress.models.families.deit import DeiTFamily
 from uqcompress.models.families.dinov2 import Dinov2Family
 from uqcompress.models.families.distilbert import DistilBertFamily
 from uqcompress.models.families.electra import ElectraFamily
+from uqcompress.models.families.llama import LlamaFamily
+from uqcompress.models.families.mistral import MistralFamily
+from uqcompress.models.families.qwen import Qwen2Family, Qwen3Family
 from uqcompress.models.families.roberta import RobertaFamily, XLMRobertaFamily
 from uqcompress.models.families.vit import ViTFamily
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
 
-# Text families first, then image families; the order is the one help texts list.
+# Text encoders, text decoders, then image families: the order help texts list.
 FAMILIES: dict[str, Family] = {
     family.name: family
     for family in (
@@ -34,6 +37,10 @@ FAMILIES: dict[str, Family] = {
         XLMRobertaFamily(),
         DistilBertFamily(),
         ElectraFamily(),
+        LlamaFamily(),
+        Qwen2Family(),
+        Qwen3Family(),
+        MistralFamily(),
         ViTFamily(),
         DeiTFamily(),
         Dinov2Family(),

@@ -83,6 +83,9 @@ class AttentionParts:
     value: nn.Linear
     output: nn.Linear
     head_dim: int
+    # Per-head norms over head_dim on queries and keys, before rotary positions (Qwen3).
+    query_norm: nn.Module | None = None
+    key_norm: nn.Module | None = None
 
     @property
     def heads(self) -> int:
@@ -93,6 +96,35 @@ class AttentionParts:
     def kv_heads(self) -> int:
         """Key/value heads (equal to `heads` unless the family groups them)."""
         return int(self.key.out_features) // self.head_dim
+
+    @property
+    def group_size(self) -> int:
+        """Query heads reading each key/value head (1 without grouped-query attention).
+        Query head h reads key/value head h // group_size."""
+        return self.heads // self.kv_heads if self.kv_heads else 0
+
+
+def last_token_index(attention_mask: torch.Tensor | None, batch: int, length: int) -> Any:
+    """Shape: `[B, T]` 1/0 -> `[B]` index of each row's last real token (T - 1 without a
+    mask): right padding and left padding alike."""
+    import torch
+
+    if attention_mask is None:
+        return torch.full((batch,), length - 1, dtype=torch.long)
+    positions = torch.arange(length, device=attention_mask.device)
+    return (positions * attention_mask.to(positions.dtype)).argmax(-1)
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary position embedding of queries or keys, as transformers' Llama applies it.
+
+    Shape: x `[B, H, T, d_h]`, cos/sin `[B or 1, T, d_h]` -> `[B, H, T, d_h]`.
+    """
+    import torch
+
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return (x * cos[:, None]) + (rotated * sin[:, None])
 
 
 @dataclass(frozen=True)
@@ -142,6 +174,8 @@ class BlockSizes:
     activation: str  # a transformers ACT2FN name
     attention_dropout: float = 0.0
     hidden_dropout: float = 0.0
+    mlp_bias: bool = True  # whether the MLP's linears have biases
+    gated_mlp: bool = False  # down(act(gate(x)) * up(x)) (a config may choose it: DINOv2)
 
 
 @dataclass(frozen=True)
@@ -166,6 +200,7 @@ class Layout:
     pooler_activation: str | None  # ACT2FN name of the pooler's activation; None: no pooler
     pooled_token: PooledToken = "first"  # what the head reads (see PooledToken)
     layer_scale: bool = False  # sublayer outputs scaled by a learned vector (DINOv2)
+    qk_norm: bool = False  # per-head norms on queries and keys (Qwen3)
 
     @property
     def pooled_width(self) -> int:
@@ -232,13 +267,8 @@ class Family(ABC):
             activation=str(config.hidden_act),
             attention_dropout=float(getattr(config, "attention_probs_dropout_prob", 0.0) or 0.0),
             hidden_dropout=float(getattr(config, "hidden_dropout_prob", 0.0) or 0.0),
+            gated_mlp=self.layout.gated_mlp,
         )
-
-    def refusal(self, step: str, config: PretrainedConfig) -> str | None:
-        """Why `step` (a `uqc` command name) cannot take this model, in one line; None when
-        it can. The default: every step works. A family overrides it for what a variant of
-        it cannot do (README's support matrix lists these)."""
-        return None
 
     def check_loadable(self, config: PretrainedConfig, where: str) -> None:
         """Refuse, with one line, a checkpoint of this model_type that uqc cannot load as this
@@ -280,6 +310,16 @@ class Family(ABC):
         config: Any = getattr(model, "config", None)
         head_dim = config_head_dim(config)
         return [self.attention_parts(block, head_dim) for block in self.blocks(model)]
+
+    def rotary_positions(
+        self, config: PretrainedConfig, hidden: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """cos and sin of the rotary positions 0..T-1 (families with rotary attention: apply
+        them with `rotate` to queries and keys), or None (positions are in the embeddings).
+
+        Shape: hidden `[B, T, d]` -> cos, sin `[1, T, d_h]`.
+        """
+        return None
 
     def run_block(
         self, block: nn.Module, hidden: torch.Tensor, mask: torch.Tensor | None

@@ -95,19 +95,19 @@ class Dinov2Family(ViTFamily):
 
     def sizes(self, config: PretrainedConfig) -> BlockSizes:
         cfg: Any = config
+        inner = int(int(cfg.hidden_size) * cfg.mlp_ratio)
+        swiglu = bool(getattr(cfg, "use_swiglu_ffn", False))
+        if swiglu:  # Dinov2SwiGLUFFN: two thirds of the width, rounded up to a multiple of 8
+            inner = (int(inner * 2 / 3) + 7) // 8 * 8
         return BlockSizes(
             hidden=int(cfg.hidden_size),
-            intermediate=int(int(cfg.hidden_size) * cfg.mlp_ratio),
+            intermediate=inner,
             norm_eps=float(cfg.layer_norm_eps),
-            activation=str(cfg.hidden_act),
+            activation="silu" if swiglu else str(cfg.hidden_act),
             attention_dropout=float(cfg.attention_probs_dropout_prob),
             hidden_dropout=float(cfg.hidden_dropout_prob),
+            gated_mlp=swiglu,
         )
-
-    def refusal(self, step: str, config: PretrainedConfig) -> str | None:
-        if step == "fuse" and getattr(config, "use_swiglu_ffn", False):
-            return "Hydra does not fuse DINOv2's SwiGLU MLP (the giant variants)"
-        return None
 
     def embed(
         self, embeddings: nn.Module, inputs: Mapping[str, Any]
