@@ -1,20 +1,26 @@
 """What does a Hydra ensemble cost on CPU next to one model and a deep ensemble? One run.
 
-For a BERT-base-shaped classifier (2 labels, sequence 128, bert-base-uncased's 30522-token
-vocabulary) and a ViT-B/16-shaped one (10 labels, 3x224x224, 197 tokens), all random, and for
-M = 2, 3 and 4 members, three ways to get predictions are measured side by side:
+For four classifiers with random weights and the real shapes (those of `prune_speed.py`):
+BERT-base (2 labels, sequence 128, bert-base-uncased's 30522-token vocabulary), RoBERTa-base
+(2 labels, sequence 128, roberta-base's 50265-token vocabulary, a dense + tanh classification
+head), ViT-B/16 (10 labels, 3x224x224, 197 tokens) and DINOv2-small (10 labels, 3x224x224,
+patch 14, 257 tokens; 384 hidden, 6 heads, layer scale, classifier on [CLS ; mean of
+patches]), and for M = 2, 3 and 4 members, three ways to get predictions are measured side by
+side (`--models` picks some of the four by name, comma-separated):
 
 - single: one dense (unpruned) model, seed `--seed`;
 - deep ensemble: that same dense model run M times, one pass after another. Only latency and
   memory are measured, and they do not depend on the weights' values: M different models would
   cost the same, as long as a layer's weights are out of the caches before the next pass needs
-  them again (full mode: 300+ MB of weights per pass; quick mode's 2 layers are about 55 MB,
-  so a large L3 might keep a little). One export instead of M keeps quick mode quick. Memory
+  them again (full mode: 300+ MB of weights per pass for the base models, about 90 MB for
+  DINOv2-small; quick mode's 2 layers are about 55 MB for BERT-base, 15 MB for DINOv2-small,
+  so a large L3 might keep some). One export instead of M keeps quick mode quick. Memory
   counts M copies resident (M sessions). Averaging the members' probabilities is not timed
   (negligible);
 - Hydra: `methods.hydra.fuse` of M members pruned from the single model by a partition split,
   member m keeping heads h with h % M == m in every layer (12 heads: M = 2 -> 6 heads each,
-  3 -> 4, 4 -> 3), run as one fused forward pass.
+  3 -> 4, 4 -> 3; DINOv2-small's 6 heads: M = 2 -> 3, 3 -> 2, 4 -> 2, 2, 1 and 1, the last two
+  padded to 2 slots), run as one fused forward pass.
 
 Every configuration runs what `export.graph.graph_for` wraps around its model (member logits,
 probabilities, entropy, mutual information), in torch and, exported at opset 18, in ONNX
@@ -45,30 +51,38 @@ between ONNX Runtime and torch on that input.
 FLOPs, counted as 2 x multiply-adds of the matrix products, per example with T tokens, hidden
 size D, MLP size I, head size d, and s_l head slots per member in layer l (the largest member's
 head count there: Hydra pads smaller members with zero heads, which are computed all the same;
-with the partition split every member has exactly H / M heads, so there is no padding).
-LayerNorm, softmax, GELU, biases and residual adds are elementwise and left out:
+with the partition split every member has exactly H / M heads when M divides H, so there is no
+padding; DINOv2-small at M = 4 is padded). LayerNorm, softmax, GELU, layer scale, biases,
+residual adds and DINOv2's mean over patches are elementwise and left out. As in
+`prune_speed.py`, one formula serves every family: D and I from `family.sizes(config)`, T the
+sequence length for text and `family.fixed_tokens(config)` for images (N patches plus the
+special tokens), the head from `family.layout`:
 
     per layer l:  M [4 T D (s_l d)        Q, K, V and O projections of every member
                      + 2 s_l T^2 d]       scores Q K^T and the attention-weighted sum of V
                 + M 2 T D I               the shared MLP, run on each member's stream
-    embeddings:   once; 0 for BERT (table lookups), ViT patch projection (T - 1) (C P^2) D
-    classifier:   per member; BERT pooler D^2 + D C_out, ViT D C_out (on the first token)
-    FLOPs = 2 x (sum over layers + embeddings + classifiers)
+    embeddings:   once; 0 for text (table lookups), images: patch projection N (C P^2) D
+    head:         per member; pooler D^2 where `layout.pooler_activation` is set (BERT's
+                  pooler, RoBERTa's classification-head dense), then classifier (w D) C_out,
+                  w = `layout.pooled_width` (1: the first token; 2: DINOv2's [CLS ; mean])
+    FLOPs = 2 x (sum over layers + embeddings + heads)
 
 Single is M = 1 with all H heads (the formula of `prune_speed.py`), a deep ensemble M x single.
 ALGORITHMS.md section 1.5 item 3 estimates Hydra at about 2.3x single and 0.78x a deep
 ensemble for ViT-B with M = 3, counting per token and leaving out the T^2 terms, embeddings and
 classifiers; a note under the tables sets this run's numbers next to that estimate.
 
-`--quick` is a smoke run (about 80 s on 2 idle cores; three minutes when another process held
-one of them): 2 layers of the base shapes (per-layer ratios are the real ones, embeddings and
-classifiers weigh more), M = 2 and 3, 3 repeats after 1 warm-up. Full mode is the same code at
-12 layers, M up to 4 and 10 repeats after 2 warm-ups: roughly half an hour on 2 cores,
-extrapolated from quick mode. Timings depend on the machine and what else runs on it (torch
-with `--threads` equal to the core count slows down badly when another process takes a core);
-nothing here asserts on them.
+`--quick` is a smoke run (about 6 minutes for the four models on 2 cores, one of them shared
+with another process): 2 layers of each shape (per-layer ratios are the real ones, embeddings
+and classifiers weigh more), M = 2 and 3, 3 repeats after 1 warm-up. Full mode is the same
+code at 12 layers, M up to 4 and 10 repeats after 2 warm-ups: roughly half an hour on 2 cores
+for BERT-base and ViT-B/16 together, extrapolated from quick mode; RoBERTa-base costs about
+what BERT-base does, DINOv2-small much less (`--models` and `--members` shorten a run).
+Timings depend on the machine and what else runs on it (torch with `--threads` equal to the
+core count slows down badly when another process takes a core); nothing here asserts on them.
 
     .venv/bin/python benchmarks/hydra_cost.py [--quick] [--markdown] [--threads 2]
+        [--models RoBERTa-base,DINOv2-small] [--members 3]
 """
 
 from __future__ import annotations
@@ -97,13 +111,18 @@ from prune_speed import (
     TURN_RUNS,
     Shape,
     Table,
+    embedding_macs,
     environment_line,
+    head_macs,
+    layer_macs,
+    model_names,
     num_tokens,
     ort_inputs,
     ort_session,
     print_report,
     pruning_shapes,
     stderr_logger,
+    tokens_line,
 )
 
 if TYPE_CHECKING:
@@ -134,6 +153,7 @@ class CostRow:
     peak_rss: int
     ort_gap: float  # max |member logits| ONNX Runtime vs torch, batch 1
     fusion_gap: float | None = None  # Hydra: max |member logits| fused vs members alone
+    tokens: int = 0  # per example
 
 
 @dataclass
@@ -197,23 +217,11 @@ def ensemble_flops(loaded: LoadedModel, tokens: int, members: int, slots: Sequen
     """FLOPs of one example's forward pass (formula in the module docstring).
 
     `slots[l]` is the number of head slots each of the `members` streams computes in layer l.
+    Every stream runs a block of `slots[l]` heads and the shared MLP (`prune_speed.layer_macs`)
+    and its own head; the embeddings run once.
     """
-    from uqcompress.models.head_gates import head_dim
-
-    config = loaded.config
-    hidden, inner, d_head = int(config.hidden_size), int(config.intermediate_size), head_dim(loaded)
-    classes = len(loaded.labels)
-    macs = 0
-    for heads in slots:
-        macs += members * 4 * tokens * hidden * heads * d_head  # Q, K, V, O projections
-        macs += members * 2 * heads * tokens * tokens * d_head  # Q K^T and probs @ V
-        macs += members * 2 * tokens * hidden * inner  # shared MLP on every stream
-    if loaded.input_kind == "text":
-        macs += members * (hidden * hidden + hidden * classes)  # pooler + classifier on [CLS]
-    else:
-        patch = int(config.num_channels) * int(config.patch_size) ** 2
-        macs += (tokens - 1) * patch * hidden  # patch embedding, once
-        macs += members * hidden * classes  # classifier on [CLS]
+    macs = members * sum(layer_macs(loaded, tokens, heads) for heads in slots)
+    macs += embedding_macs(loaded) + members * head_macs(loaded)
     return 2 * macs
 
 
@@ -434,6 +442,7 @@ def measure_model(shape: Shape, args: argparse.Namespace) -> list[CostRow]:
             peak_rss=peak,
             ort_gap=gap,
             fusion_gap=c.fusion_gap,
+            tokens=num_tokens(dense, args.seq_len),
         )
         for c, t, o, peak, gap in zip(configs, torch_latency, ort_latency, peaks, gaps, strict=True)
     ]
@@ -469,8 +478,8 @@ def cost_table(rows: Sequence[CostRow], args: argparse.Namespace) -> Table:
         body.append(cells)
     title = (
         f"Hydra cost: torch eager and ONNX Runtime on CPU, {args.threads} threads, median of "
-        f"{args.repeats} after {args.warmup} warm-up; BERT sequence {args.seq_len}, ViT 197 "
-        f"tokens. heads = per member per layer; deep ensemble = the dense model run M "
+        f"{args.repeats} after {args.warmup} warm-up; tokens per example: {tokens_line(rows)}. "
+        f"heads = per member per layer; deep ensemble = the dense model run M "
         f"times; peak RSS = growth of a fresh ONNX Runtime process "
         f"opening all its sessions and running one batch-{MEMORY_BATCH} forward (weights "
         f"included); last two columns: max abs member-logit difference"
@@ -550,8 +559,15 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--members", type=int, nargs="+", help="ensemble sizes M (default 2 3 4, quick 2 3)"
     )
-    parser.add_argument("--seq-len", type=int, default=128, help="BERT tokens (default 128)")
+    parser.add_argument(
+        "--seq-len", type=int, default=128, help="text models' tokens (default 128)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="weights and inputs (default 0)")
+    parser.add_argument(
+        "--models",
+        type=model_names,
+        help="comma-separated models (default all: BERT-base,RoBERTa-base,ViT-B/16,DINOv2-small)",
+    )
     # Internal: one peak-memory measurement in a fresh process (see `memory_probe`).
     parser.add_argument("--probe-inputs", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--probe-models", type=Path, nargs="+", help=argparse.SUPPRESS)
@@ -566,7 +582,7 @@ def parse_args() -> argparse.Namespace:
 
 
 def setup_line(args: argparse.Namespace, seconds: float) -> str:
-    mode = "quick (2 layers of the base shapes)" if args.quick else "full"
+    mode = "quick (2 layers of each shape)" if args.quick else "full"
     return environment_line(mode, seconds)
 
 
@@ -583,7 +599,8 @@ def main() -> None:
     quiet_transformers()
     torch.set_num_threads(args.threads)
     start = time.perf_counter()
-    rows = [row for shape in pruning_shapes(args.quick) for row in measure_model(shape, args)]
+    shapes = pruning_shapes(args.quick, args.models)
+    rows = [row for shape in shapes for row in measure_model(shape, args)]
     tables = [cost_table(rows, args), ratio_table(rows, args)]
     note = estimate_note(rows)
     setup = setup_line(args, time.perf_counter() - start)

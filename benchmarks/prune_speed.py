@@ -1,13 +1,17 @@
 """What does head pruning buy on CPU, and what does scoring the heads cost? Side by side, one run.
 
-1. Pruning. A BERT-base-shaped classifier (2 labels, sequence 128) and a ViT-B/16-shaped one
-   (10 labels, 3x224x224, 197 tokens), both random, are pruned at ratios 0, 0.25 and 0.5
-   (scope "layer", `random_scores` with a fixed seed), each from a fresh copy. Per model and
-   ratio: parameters, analytic forward FLOPs for one example, and ONNX Runtime CPU latency
-   (median of `--repeats` runs after `--warmup`, batch 1 and 8; the three ratios' sessions take
-   turns of 5 runs), each also as a ratio to the unpruned model measured in the same run. The last
-   column is the largest |probs| difference between ONNX Runtime and torch on the batch-1
-   input: a pruned graph that computes something else would show up there, not in timings.
+1. Pruning. Four classifiers with random weights and the real shapes: BERT-base (2 labels,
+   sequence 128), RoBERTa-base (2 labels, sequence 128), ViT-B/16 (10 labels, 3x224x224, 197
+   tokens) and DINOv2-small (10 labels, 3x224x224, patch 14: 256 patches + CLS = 257 tokens;
+   384 hidden, 6 heads, layer scale, classifier on [CLS ; mean of patches]) are pruned at ratios
+   0, 0.25 and 0.5 (scope "layer", `random_scores` with a fixed seed; of DINOv2-small's 6 heads
+   a layer keeps 6, 4 or 3, of the others' 12 it keeps 12, 9 or 6), each from a fresh copy.
+   `--models` picks some of them by name (comma-separated). Per model and ratio: parameters,
+   analytic forward FLOPs for one example, and ONNX Runtime CPU latency (median of `--repeats`
+   runs after `--warmup`, batch 1 and 8; the three ratios' sessions take turns of 5 runs), each
+   also as a ratio to the unpruned model measured in the same run. The last column is the
+   largest |probs| difference between ONNX Runtime and torch on the batch-1 input: a pruned
+   graph that computes something else would show up there, not in timings.
 2. Scoring. Seconds each scoring method takes on 32 synthetic examples of the BERT-base shape
    (random token ids, sequence 128, all-ones attention mask, random labels, batch size 8):
    taylor, hies, l2, random and circuit (keeping 50% of heads per layer). The full circuit search
@@ -17,29 +21,38 @@
    is constant); `--circuit-evals 0` runs the whole search.
 
 FLOPs, counted as 2 x multiply-adds of the matrix products, per example with T tokens, hidden
-size D, MLP size I, head size d and h_l kept heads in layer l (LayerNorm, softmax, GELU, biases
-and residual adds are elementwise and left out):
+size D, MLP size I, head size d and h_l kept heads in layer l (LayerNorm, softmax, GELU, layer
+scale, biases, residual adds and DINOv2's mean over patches are elementwise and left out). The
+same formula serves every family: D and I come from `family.sizes(config)` (DINOv2 has no
+`intermediate_size`: I = mlp_ratio x D), T is the sequence length for text and
+`family.fixed_tokens(config)` for images (N = (image / P)^2 patches plus the special tokens),
+and the head follows `family.layout`:
 
     per layer l:  4 T D (h_l d)       Q, K, V (D -> h_l d) and O (h_l d -> D) projections
                 + 2 h_l T^2 d         scores Q K^T and the attention-weighted sum of V
                 + 2 T D I             MLP (D -> I -> D), unchanged by pruning
-    embeddings:   0 for BERT (table lookups); ViT patch projection (T - 1) (C P^2) D
-    classifier:   BERT pooler D^2 + D C_out, ViT D C_out (on the first token only)
-    FLOPs = 2 x (sum over layers + embeddings + classifier)
+    embeddings:   0 for text (table lookups); images: patch projection N (C P^2) D
+    head:         pooler D^2 where `layout.pooler_activation` is set (BERT's pooler, RoBERTa's
+                  classification-head dense), then classifier (w D) C_out with
+                  w = `layout.pooled_width` (1: the first token; 2: DINOv2's [CLS ; mean])
+    FLOPs = 2 x (sum over layers + embeddings + head)
 
 so pruning only shrinks the first two terms, and the FLOPs ratio is the latency ratio one could
 hope for if time were proportional to arithmetic. It is not a hard bound: the uncounted softmax,
 mask add and head reshapes over `[B, H, T, T]` / `[B, H, T, d]` shrink with the heads too, so
-measured latency can drop a little below it. The BERT model uses bert-base-uncased's
-30522-token vocabulary (`create_model` overrides; the shipped tokenizer has 711 tokens) so that
-its parameter count, and therefore the parameter ratio, is BERT-base's; embeddings add no FLOPs.
+measured latency can drop a little below it. The text models use their checkpoints'
+vocabularies (`create_model` overrides; the shipped tokenizer has 711 tokens):
+bert-base-uncased's 30522 tokens and roberta-base's 50265, so that their parameter counts, and
+therefore the parameter ratios, are the real ones; embeddings add no FLOPs.
 
-`--quick` is a smoke run (well under 2 minutes on 2 cores): 2 layers of the base shapes for
+`--quick` is a smoke run (about 2 minutes on 2 cores): 2 layers of each of the four shapes for
 pruning, 3 repeats, and scoring (all five methods, circuit search run in full) on the tiny
-preset (2 layers, 4 heads, hidden 32) at sequence 128. Timings depend on the machine and what
-else runs on it; nothing here asserts on them.
+preset (2 layers, 4 heads, hidden 32) at sequence 128. Scoring always runs on BERT, whatever
+`--models` picks. Timings depend on the machine and what else runs on it; nothing here asserts
+on them.
 
     .venv/bin/python benchmarks/prune_speed.py [--quick] [--markdown] [--threads 2]
+        [--models RoBERTa-base,DINOv2-small]
 """
 
 from __future__ import annotations
@@ -66,6 +79,7 @@ RATIOS = (0.0, 0.25, 0.5)
 BATCHES = (1, 8)
 OPSET = 18
 BERT_VOCAB = 30522  # bert-base-uncased, so parameter counts are BERT-base's
+ROBERTA_VOCAB = 50265  # roberta-base, so parameter counts are RoBERTa-base's
 SCORE_EXAMPLES = 32
 SCORE_BATCH = 8
 CIRCUIT_RATIO = 0.5
@@ -101,6 +115,7 @@ class PruneRow:
     flops: int
     latency: dict[int, float]
     parity: float
+    tokens: int = 0  # per example
 
 
 @dataclass
@@ -117,13 +132,29 @@ class ScoreRow:
 # --------------------------------------------------------------------------- shapes
 
 
-def pruning_shapes(quick: bool) -> list[Shape]:
+def pruning_shapes(quick: bool, names: Sequence[str] | None = None) -> list[Shape]:
+    """The benchmarked models, in table order; with `names`, only those (in that order)."""
     # Quick keeps the base widths (so per-layer FLOPs ratios are the real ones) but 2 layers.
     layers = {"num_hidden_layers": 2} if quick else {}
-    return [
+    shapes = [
         Shape("BERT-base", "bert", 2, "base", {"vocab_size": BERT_VOCAB, **layers}),
+        Shape("RoBERTa-base", "roberta", 2, "base", {"vocab_size": ROBERTA_VOCAB, **layers}),
         Shape("ViT-B/16", "vit", 10, "base", dict(layers)),
+        Shape("DINOv2-small", "dinov2", 10, "small", dict(layers)),
     ]
+    if not names:
+        return shapes
+    by_name = {shape.name.lower(): shape for shape in shapes}
+    unknown = [name for name in names if name.lower() not in by_name]
+    if unknown:
+        known = ", ".join(shape.name for shape in shapes)
+        raise SystemExit(f"unknown model(s) {', '.join(unknown)}; choose from {known}")
+    return [by_name[name.lower()] for name in names]
+
+
+def model_names(value: str) -> list[str]:
+    """`--models`' comma-separated list of shape names."""
+    return [name.strip() for name in value.split(",") if name.strip()]
 
 
 def scoring_shape(quick: bool) -> Shape:
@@ -133,14 +164,53 @@ def scoring_shape(quick: bool) -> Shape:
 
 
 def num_tokens(loaded: LoadedModel, seq_len: int) -> int:
-    """Sequence length for text; patches plus the CLS token for images."""
-    if loaded.input_kind == "text":
+    """Sequence length for text; for images the family's fixed count (patches plus special
+    tokens: 197 for ViT-B/16, 257 for DINOv2-small at 224 pixels)."""
+    fixed = loaded.family.fixed_tokens(loaded.config)
+    if loaded.input_kind == "text" or fixed is None:
         return seq_len
-    config = loaded.config
-    return (int(config.image_size) // int(config.patch_size)) ** 2 + 1
+    return int(fixed)
 
 
 # --------------------------------------------------------------------------- FLOPs
+
+
+def block_widths(loaded: LoadedModel) -> tuple[int, int, int]:
+    """(hidden D, MLP width I, head size d) from the family, whatever its config calls them."""
+    from uqcompress.models.head_gates import head_dim
+
+    sizes = loaded.family.sizes(loaded.config)
+    return int(sizes.hidden), int(sizes.intermediate), head_dim(loaded)
+
+
+def layer_macs(loaded: LoadedModel, tokens: int, heads: int) -> int:
+    """Multiply-adds of one block with `heads` heads on one example of `tokens` tokens."""
+    hidden, inner, d_head = block_widths(loaded)
+    macs = 4 * tokens * hidden * heads * d_head  # Q, K, V, O projections
+    macs += 2 * heads * tokens * tokens * d_head  # Q K^T and probs @ V
+    macs += 2 * tokens * hidden * inner  # MLP up and down
+    return macs
+
+
+def embedding_macs(loaded: LoadedModel) -> int:
+    """Multiply-adds of the embeddings: 0 for text (lookups), the patch projection (a strided
+    conv, C P^2 -> D per patch) for images."""
+    if loaded.input_kind == "text":
+        return 0
+    config = loaded.config
+    patches = (int(config.image_size) // int(config.patch_size)) ** 2
+    patch = int(config.num_channels) * int(config.patch_size) ** 2
+    return patches * patch * block_widths(loaded)[0]
+
+
+def head_macs(loaded: LoadedModel) -> int:
+    """Multiply-adds of the head after the last block (one member's), from the family's
+    layout: a D x D pooler dense where it has one, then the classifier on `pooled_width` x D
+    features."""
+    layout = loaded.family.layout
+    hidden = block_widths(loaded)[0]
+    macs = hidden * hidden if layout.pooler_activation is not None else 0
+    return macs + layout.pooled_width * hidden * len(loaded.labels)
 
 
 def forward_flops(loaded: LoadedModel, tokens: int) -> int:
@@ -148,22 +218,10 @@ def forward_flops(loaded: LoadedModel, tokens: int) -> int:
 
     Reads each layer's current head count from the model, so uneven pruning counts right.
     """
-    from uqcompress.models.head_gates import head_dim, heads_per_layer
+    from uqcompress.models.head_gates import heads_per_layer
 
-    config = loaded.config
-    hidden, inner, d_head = int(config.hidden_size), int(config.intermediate_size), head_dim(loaded)
-    classes = len(loaded.labels)
-    macs = 0
-    for heads in heads_per_layer(loaded):
-        macs += 4 * tokens * hidden * heads * d_head  # Q, K, V, O projections
-        macs += 2 * heads * tokens * tokens * d_head  # Q K^T and probs @ V
-        macs += 2 * tokens * hidden * inner  # MLP up and down
-    if loaded.input_kind == "text":
-        macs += hidden * hidden + hidden * classes  # pooler + classifier on [CLS]
-    else:
-        patch = int(config.num_channels) * int(config.patch_size) ** 2
-        macs += (tokens - 1) * patch * hidden  # patch embedding (a strided conv)
-        macs += hidden * classes  # classifier on [CLS]
+    macs = sum(layer_macs(loaded, tokens, heads) for heads in heads_per_layer(loaded))
+    macs += embedding_macs(loaded) + head_macs(loaded)
     return 2 * macs
 
 
@@ -286,6 +344,7 @@ def measure_model(shape: Shape, args: argparse.Namespace) -> list[PruneRow]:
             flops=forward_flops(loaded, num_tokens(loaded, args.seq_len)),
             latency=times,
             parity=gap,
+            tokens=num_tokens(loaded, args.seq_len),
         )
         for ratio, loaded, times, gap in zip(RATIOS, models, latency, parity, strict=True)
     ]
@@ -451,9 +510,15 @@ def pruning_table(rows: Sequence[PruneRow], args: argparse.Namespace) -> Table:
     title = (
         f"Head pruning (scope layer, random scores, seed {args.seed}): ONNX Runtime CPU, "
         f"{args.ort_threads} threads, median of {args.repeats} after {args.warmup} warm-up; "
-        f"BERT sequence {args.seq_len}, ViT 197 tokens; x = pruned / unpruned"
+        f"tokens per example: {tokens_line(rows)}; x = pruned / unpruned"
     )
     return Table(title, headers, body)
+
+
+def tokens_line(rows: Sequence[Any]) -> str:
+    """ "BERT-base 128, ViT-B/16 197, ...": each model's tokens per example, in table order."""
+    tokens = {row.model: row.tokens for row in rows}
+    return ", ".join(f"{model} {count}" for model, count in tokens.items())
 
 
 def scoring_table(shape: Shape, rows: Sequence[ScoreRow], args: argparse.Namespace) -> Table:
@@ -550,8 +615,16 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--repeats", type=int, help="timed runs per latency (default 20, quick 3)")
     parser.add_argument("--warmup", type=int, help="untimed runs first (default 3, quick 1)")
-    parser.add_argument("--seq-len", type=int, default=128, help="BERT tokens (default 128)")
+    parser.add_argument(
+        "--seq-len", type=int, default=128, help="text models' tokens (default 128)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="weights, scores and data (default 0)")
+    parser.add_argument(
+        "--models",
+        type=model_names,
+        help="comma-separated models to prune (default all: BERT-base,RoBERTa-base,ViT-B/16,"
+        "DINOv2-small); scoring runs on BERT regardless",
+    )
     parser.add_argument(
         "--circuit-evals",
         type=int,
@@ -568,9 +641,7 @@ def parse_args() -> argparse.Namespace:
 
 
 def setup_line(args: argparse.Namespace, seconds: float) -> str:
-    mode = (
-        "quick (2 layers of the base shapes; scoring on the tiny preset)" if args.quick else "full"
-    )
+    mode = "quick (2 layers of each shape; scoring on the tiny preset)" if args.quick else "full"
     return environment_line(mode, seconds)
 
 
@@ -583,7 +654,8 @@ def main() -> None:
     quiet_transformers()
     torch.set_num_threads(args.threads)
     start = time.perf_counter()
-    prune_rows = [row for shape in pruning_shapes(args.quick) for row in measure_model(shape, args)]
+    shapes = pruning_shapes(args.quick, args.models)
+    prune_rows = [row for shape in shapes for row in measure_model(shape, args)]
     score_shape, score_rows = measure_scoring(args)
     tables = [pruning_table(prune_rows, args), scoring_table(score_shape, score_rows, args)]
     note = latency_note(prune_rows)

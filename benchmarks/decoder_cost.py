@@ -1,0 +1,305 @@
+"""What do scoring, pruning, Hydra and SVE cost on a decoder LLM classifier? One run, on CPU.
+
+The model: a random Qwen2.5-0.5B-shaped classifier (`qwen2` family, `base` preset: 24 layers,
+hidden 896, 14 query heads over 2 key/value heads, SwiGLU MLP 4864, its 151,936-token
+vocabulary; 2 labels), at sequence 128. Measured side by side:
+
+1. HIES scoring on 32 synthetic examples (random token ids, all-ones attention mask, random
+   labels, batch 8): seconds, and the peak RSS of a fresh process that builds the model and
+   scores it (the kernel's high-water mark, VmHWM).
+2. Pruning 50% of the query heads per layer by seeded random scores (`--unit kv`: one of the
+   two key/value heads with its 7 query heads), with the pruned-vs-gated parity check `uqc
+   prune` runs: seconds and the peak RSS of a fresh process.
+3. ONNX Runtime CPU latency (median of `--repeats` runs after `--warmup`, configurations
+   taking turns of 5 runs), batch 1 and 8: the dense model, the 50%-pruned one, a Hydra model
+   of M=3 members (each keeping 2 of the 7 tiers of every layer, i.e. 4 of 14 query heads, the
+   members sharing no head) and a deep ensemble (the dense model run 3 times). Ratios from the
+   same run: pruned / dense, Hydra / deep ensemble. The exports hold more than 1.8 GB of
+   weights, so they use ONNX external data. The parity columns: max |member logits| between
+   ONNX Runtime and torch (batch 1), and, for Hydra, fused vs its members run alone.
+4. SVE with M=4 members on the paper's LLaMA targets (q, k, v, o, gate, up, down): the
+   parameter overhead (what M members add over one model, divided by the base's parameters)
+   and torch CPU latency at batch 8 against the dense model's.
+
+`--quick` keeps the shapes but 2 layers and a 32,000-token vocabulary, 3 repeats: a wiring
+check in a few minutes. Timings depend on the machine and its load; nothing asserts on them.
+
+    .venv/bin/python benchmarks/decoder_cost.py [--quick] [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from hydra_cost import interleaved_medians, ort_runner, rss_high_water
+
+SEQUENCE = 128
+EXAMPLES = 32
+BATCH = 8
+MEMBERS = 3
+SVE_MEMBERS = 4
+QWEN_VOCAB = 151936
+
+
+def build(quick: bool, seed: int = 0) -> Any:
+    from uqcompress.models.factory import create_model
+
+    overrides: dict[str, Any] = {"vocab_size": 32000 if quick else QWEN_VOCAB}
+    if quick:
+        overrides["num_hidden_layers"] = 2
+    return create_model("qwen2", ["neg", "pos"], "base", overrides, seed=seed)
+
+
+def batches(loaded: Any, count: int, seed: int) -> list[dict[str, Any]]:
+    """`count` synthetic examples in batches of BATCH, with labels."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    vocab = int(loaded.config.vocab_size)
+    ids = torch.randint(5, vocab, (count, SEQUENCE), generator=generator)
+    labels = torch.randint(0, 2, (count,), generator=generator)
+    return [
+        {
+            "input_ids": ids[i : i + BATCH],
+            "attention_mask": torch.ones_like(ids[i : i + BATCH]),
+            "labels": labels[i : i + BATCH],
+        }
+        for i in range(0, count, BATCH)
+    ]
+
+
+def stage_score(quick: bool) -> dict[str, float]:
+    """In this (fresh) process: build, then HIES on EXAMPLES examples."""
+    from uqcompress.methods.scoring import hies_scores
+
+    loaded = build(quick)
+    built = rss_high_water()
+    data = batches(loaded, EXAMPLES, seed=1)
+    start = time.perf_counter()
+    hies_scores(loaded, data)
+    return {
+        "seconds": time.perf_counter() - start,
+        "peak_rss": rss_high_water(),
+        "rss_after_build": built,
+    }
+
+
+def prune_half(loaded: Any) -> None:
+    """50% of every layer's query heads by seeded random scores: with 14 query heads over 2
+    key/value heads, that is one whole key/value group (`--unit kv`; in tiers of 2 heads,
+    `--unit query` could remove 6 or 8 of the 14, not 7)."""
+    from uqcompress.methods.pruning import select_grouped_heads
+    from uqcompress.methods.scoring import random_scores
+    from uqcompress.models.head_gates import head_groups
+    from uqcompress.models.surgery import prune_heads
+
+    groups = head_groups(loaded)
+    scores = random_scores(len(groups.heads), groups.heads[0], seed=0)
+    prune_heads(loaded, select_grouped_heads(scores, groups, 0.5, unit="kv"))
+
+
+def stage_prune(quick: bool) -> dict[str, float]:
+    """In this (fresh) process: build, then prune half the heads and check the pruned model
+    against the full one with those heads gated to zero, as `uqc prune` does."""
+    import torch
+
+    from uqcompress.export.onnx import synthetic_batch
+    from uqcompress.models.head_gates import HeadGates
+    from uqcompress.models.surgery import kept_heads
+
+    loaded = build(quick)
+    built = rss_high_water()
+    start = time.perf_counter()
+    batch = synthetic_batch(loaded, count=2)
+    full = copy.deepcopy(loaded)  # `uqc prune` gates the loaded model before surgery instead
+    prune_half(loaded)
+    with torch.inference_mode(), HeadGates(full) as gates:
+        for layer, heads in enumerate(kept_heads(loaded)):
+            gates.gates[layer].zero_()
+            gates.gates[layer][heads] = 1.0
+        gated = full.model(**batch).logits
+    del full
+    with torch.inference_mode():
+        pruned = loaded.model(**batch).logits
+    return {
+        "seconds": time.perf_counter() - start,
+        "peak_rss": rss_high_water(),
+        "rss_after_build": built,
+        "pruned_vs_gated": float((pruned - gated).abs().max()),
+    }
+
+
+def in_fresh_process(stage: str, quick: bool, threads: int) -> dict[str, float]:
+    command = [sys.executable, __file__, "--stage", stage, "--threads", str(threads)]
+    command += ["--quick"] if quick else []
+    proc = subprocess.run(command, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"stage {stage} failed:\n{proc.stderr[-2000:]}")
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def export(loaded: Any, path: Path) -> Any:
+    """The contract graph of `loaded`, exported to `path`; returns an ORT session."""
+    import onnxruntime as ort
+
+    from uqcompress.export.graph import graph_for
+    from uqcompress.export.onnx import export_graph
+
+    graph = graph_for(loaded.model, "text")
+    export_graph(graph, loaded, path, 18)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = THREADS
+    return graph, ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def ort_feed(batch: int, vocab: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(batch)
+    ids = rng.integers(5, vocab, size=(batch, SEQUENCE), dtype=np.int64)
+    return {
+        "input_ids": ids,
+        "attention_mask": np.ones_like(ids),
+        "token_type_ids": np.zeros_like(ids),
+    }
+
+
+def gap(graph: Any, session: Any, feed: dict[str, np.ndarray]) -> float:
+    import torch
+
+    with torch.inference_mode():
+        reference = graph(**{k: torch.from_numpy(v) for k, v in feed.items()})[0].numpy()
+    return float(np.abs(session.run(["member_logits"], feed)[0] - reference).max())
+
+
+def hydra_of(base: Any) -> tuple[Any, float]:
+    """Hydra of MEMBERS members dealt tiers of the base's query heads (no shared head)."""
+    import torch
+
+    from uqcompress.methods.hydra import fuse
+    from uqcompress.methods.pruning import select_grouped_member_heads
+    from uqcompress.methods.scoring import random_scores
+    from uqcompress.models.head_gates import head_groups
+    from uqcompress.models.surgery import prune_heads
+
+    groups = head_groups(base)
+    scores = random_scores(len(groups.heads), groups.heads[0], seed=0)
+    keep = 2 * groups.kv_heads[0]  # two tiers each
+    keeps = select_grouped_member_heads(scores, groups, MEMBERS, keep, "partition")
+    members = []
+    for kept in keeps:
+        member = copy.deepcopy(base)
+        prune_heads(member, kept)
+        members.append(member)
+    hydra = fuse(members)
+    check = {k: torch.from_numpy(v) for k, v in ort_feed(1, int(base.config.vocab_size)).items()}
+    with torch.inference_mode():
+        fused = hydra.model(**check).member_logits
+        alone = torch.stack([m.model(**check).logits for m in members], dim=1)
+    return hydra, float((fused - alone).abs().max())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--stage", choices=("score", "prune"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    global THREADS
+    THREADS = args.threads
+    import torch
+
+    torch.set_num_threads(args.threads)
+    if args.stage is not None:
+        result = stage_score(args.quick) if args.stage == "score" else stage_prune(args.quick)
+        print(json.dumps(result))
+        return
+    repeats = args.repeats or (3 if args.quick else 10)
+    began = time.perf_counter()
+    score = in_fresh_process("score", args.quick, args.threads)
+    prune = in_fresh_process("prune", args.quick, args.threads)
+    gib = 1 << 30
+    for name, stage in (("HIES, 32 examples", score), ("prune 50% + parity", prune)):
+        print(
+            f"{name}: {stage['seconds']:.1f} s, peak RSS {stage['peak_rss'] / gib:.2f} GiB "
+            f"(after building the model: {stage['rss_after_build'] / gib:.2f} GiB)"
+        )
+    print(f"pruned vs gated, max |logits|: {prune['pruned_vs_gated']:.1e}")
+
+    from uqcompress.export.graph import graph_for
+    from uqcompress.methods.sve import build_sve, parameter_report
+
+    dense = build(args.quick)
+    vocab = int(dense.config.vocab_size)
+    params = sum(p.numel() for p in dense.model.parameters())
+    print(f"model: {params / 1e6:.1f}M parameters, {len(dense.family.blocks(dense.model))} layers")
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        dense_graph, dense_session = export(dense, root / "dense.onnx")
+        pruned = copy.deepcopy(dense)
+        prune_half(pruned)
+        pruned_graph, pruned_session = export(pruned, root / "pruned.onnx")
+        del pruned
+        hydra, fusion_gap = hydra_of(dense)
+        hydra_graph, hydra_session = export(hydra, root / "hydra.onnx")
+        del hydra
+        sizes = {p.name: p.stat().st_size for p in root.iterdir()}
+        print("files (MB): " + ", ".join(f"{k} {v / 1e6:.0f}" for k, v in sorted(sizes.items())))
+        rows = []
+        for batch in (1, 8):
+            feed = ort_feed(batch, vocab)
+            runners = [
+                ort_runner([dense_session], feed),
+                ort_runner([pruned_session], feed),
+                ort_runner([hydra_session], feed),
+                ort_runner([dense_session] * MEMBERS, feed),  # the deep ensemble
+            ]
+            times = interleaved_medians(runners, args.warmup, repeats)
+            rows.append((batch, *times))
+        one = ort_feed(1, vocab)
+        pairs = [(dense_graph, dense_session), (pruned_graph, pruned_session)]
+        gaps = [gap(g, s, one) for g, s in [*pairs, (hydra_graph, hydra_session)]]
+    header = ["batch", "dense ms", "pruned 50% ms", "pruned / dense", "Hydra M=3 ms"]
+    header += ["deep ensemble M=3 ms", "Hydra / ensemble"]
+    print("\n| " + " | ".join(header) + " |\n|" + " --- |" * len(header))
+    for batch, d, p, h, e in rows:
+        cells = [f"{batch}", f"{d * 1e3:.1f}", f"{p * 1e3:.1f}", f"{p / d:.2f}x"]
+        cells += [f"{h * 1e3:.1f}", f"{e * 1e3:.1f}", f"{h / e:.2f}x"]
+        print("| " + " | ".join(cells) + " |")
+    print(
+        f"\nparity (max |member logits|): ORT vs torch dense {gaps[0]:.1e}, pruned "
+        f"{gaps[1]:.1e}, Hydra {gaps[2]:.1e}; Hydra fused vs members {fusion_gap:.1e}"
+    )
+
+    sve = build_sve(dense, SVE_MEMBERS, "default", None, 0.01, 0)
+    report = parameter_report(dense.model, sve.model)
+    feed8 = {k: torch.from_numpy(v) for k, v in ort_feed(8, vocab).items()}
+    dense_run = graph_for(dense.model, "text")
+    sve_run = graph_for(sve.model, "text")
+    with torch.inference_mode():
+        base_t, sve_t = interleaved_medians(
+            [lambda: dense_run(**feed8), lambda: sve_run(**feed8)], 1, max(3, repeats // 2)
+        )
+    print(
+        f"SVE M={SVE_MEMBERS} (q, k, v, o, gate, up, down): parameter overhead "
+        f"{report.overhead:.2%}; torch batch 8: {sve_t * 1e3:.0f} ms vs dense "
+        f"{base_t * 1e3:.0f} ms ({sve_t / base_t:.2f}x)"
+    )
+    mode = "quick" if args.quick else "full"
+    seconds = time.perf_counter() - began
+    print(f"\n{mode} run, {args.threads} threads, {repeats} repeats, {seconds:.0f} s")
+
+
+THREADS = 2
+
+if __name__ == "__main__":
+    main()
