@@ -36,7 +36,7 @@ demo: setup
 
 # Lint, types and layering first, then the tests (pytest's summary is the last line CI prints).
 test: setup lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --dist loadscope
 
 lint: setup
 	$(BIN)/ruff check uqcompress tests benchmarks

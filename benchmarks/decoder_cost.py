@@ -4,12 +4,13 @@ The model: a random Qwen2.5-0.5B-shaped classifier (`qwen2` family, `base` prese
 hidden 896, 14 query heads over 2 key/value heads, SwiGLU MLP 4864, its 151,936-token
 vocabulary; 2 labels), at sequence 128. Measured side by side:
 
-1. HIES scoring on 32 synthetic examples (random token ids, all-ones attention mask, random
-   labels, batch 8): seconds, and the peak RSS of a fresh process that builds the model and
-   scores it (the kernel's high-water mark, VmHWM).
-2. Pruning 50% of the query heads per layer by seeded random scores (`--unit kv`: one of the
-   two key/value heads with its 7 query heads), with the pruned-vs-gated parity check `uqc
-   prune` runs: seconds and the peak RSS of a fresh process.
+1. The steps as a user runs them, each in its own process (wall seconds and peak RSS, the
+   process's own high-water mark): `uqc init --family qwen2 --preset base` (writes the
+   model artifact), `uqc score --method hies` on 32 texts of 128 tokens (batch 8), and `uqc
+   prune --ratio 0.5 --unit kv` (one of the two key/value heads with its 7 query heads, in
+   every layer; `--unit query` removes tiers of 2 heads, so 6 or 8 of the 14, not 7), which
+   includes its pruned-vs-gated parity check and writing the artifact.
+2. (the pruned model of step 3 is pruned the same way, by seeded random scores.)
 3. ONNX Runtime CPU latency (median of `--repeats` runs after `--warmup`, configurations
    taking turns of 5 runs), batch 1 and 8: the dense model, the 50%-pruned one, a Hydra model
    of M=3 members (each keeping 2 of the 7 tiers of every layer, i.e. 4 of 14 query heads, the
@@ -31,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import subprocess
 import sys
 import tempfile
@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from hydra_cost import interleaved_medians, ort_runner, rss_high_water
+from hydra_cost import interleaved_medians, ort_runner
 
 SEQUENCE = 128
 EXAMPLES = 32
@@ -59,38 +59,59 @@ def build(quick: bool, seed: int = 0) -> Any:
     return create_model("qwen2", ["neg", "pos"], "base", overrides, seed=seed)
 
 
-def batches(loaded: Any, count: int, seed: int) -> list[dict[str, Any]]:
-    """`count` synthetic examples in batches of BATCH, with labels."""
-    import torch
+def write_texts(path: Path, count: int, seed: int) -> Path:
+    """A labelled CSV of `count` texts of about SEQUENCE tokens (random words of the shipped
+    vocabulary, so the shipped tokenizer gives one token per word)."""
+    import csv
+    import random
 
-    generator = torch.Generator().manual_seed(seed)
-    vocab = int(loaded.config.vocab_size)
-    ids = torch.randint(5, vocab, (count, SEQUENCE), generator=generator)
-    labels = torch.randint(0, 2, (count,), generator=generator)
-    return [
-        {
-            "input_ids": ids[i : i + BATCH],
-            "attention_mask": torch.ones_like(ids[i : i + BATCH]),
-            "labels": labels[i : i + BATCH],
-        }
-        for i in range(0, count, BATCH)
-    ]
+    from uqcompress.models.tokenizer import shipped_vocab_path
+
+    words = [w for w in shipped_vocab_path().read_text().split() if w.isalpha()]
+    rng = random.Random(seed)
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["text", "label"])
+        for i in range(count):
+            text = " ".join(rng.choices(words, k=SEQUENCE - 2))  # + [CLS] and [SEP]
+            writer.writerow([text, "neg" if i % 2 else "pos"])
+    return path
 
 
-def stage_score(quick: bool) -> dict[str, float]:
-    """In this (fresh) process: build, then HIES on EXAMPLES examples."""
-    from uqcompress.methods.scoring import hies_scores
+def measured(args: list[str], threads: int) -> dict[str, float]:
+    """Run `uqc ARGS` in a fresh process: its wall seconds and peak RSS (the child's
+    ru_maxrss, read by a fresh parent, so no other child counts)."""
+    probe = (
+        "import resource, subprocess, sys, time; start = time.perf_counter(); "
+        "code = subprocess.run(sys.argv[1:]).returncode; "
+        "print(code, time.perf_counter() - start, "
+        "resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)"
+    )
+    command = [sys.executable, "-c", probe, sys.executable, "-m", "uqcompress", *args]
+    if args[0] != "init":  # init runs no model
+        command += ["--threads", str(threads)]
+    proc = subprocess.run(command, capture_output=True, text=True)
+    code, seconds, peak = proc.stdout.split()[-3:]
+    if int(code) != 0:
+        raise SystemExit(f"uqc {' '.join(args)} failed:\n{proc.stderr[-2000:]}")
+    return {"seconds": float(seconds), "peak_rss": float(peak)}
 
-    loaded = build(quick)
-    built = rss_high_water()
-    data = batches(loaded, EXAMPLES, seed=1)
-    start = time.perf_counter()
-    hies_scores(loaded, data)
-    return {
-        "seconds": time.perf_counter() - start,
-        "peak_rss": rss_high_water(),
-        "rss_after_build": built,
-    }
+
+def steps_cost(quick: bool, threads: int, root: Path) -> dict[str, dict[str, float]]:
+    """`uqc init`, `uqc score --method hies` on EXAMPLES texts and `uqc prune --ratio 0.5
+    --unit kv`, each in its own process: what a user's run costs, artifacts written."""
+    data = write_texts(root / "calib.csv", EXAMPLES, seed=1)
+    init = ["init", "--family", "qwen2", "--preset", "base", "--labels", "neg,pos"]
+    init += ["--set", f"vocab_size={32000 if quick else QWEN_VOCAB}"]
+    if quick:
+        init += ["--set", "num_hidden_layers=2"]
+    costs = {"init": measured([*init, "--out", str(root / "model")], threads)}
+    score = ["score", str(root / "model"), "--method", "hies", "--data", str(data)]
+    score += ["--calib-size", str(EXAMPLES), "--batch-size", str(BATCH)]
+    costs["score --method hies"] = measured([*score, "--out", str(root / "scores")], threads)
+    prune = ["prune", str(root / "scores"), "--ratio", "0.5", "--unit", "kv"]
+    costs["prune --ratio 0.5"] = measured([*prune, "--out", str(root / "pruned")], threads)
+    return costs
 
 
 def prune_half(loaded: Any) -> None:
@@ -105,46 +126,6 @@ def prune_half(loaded: Any) -> None:
     groups = head_groups(loaded)
     scores = random_scores(len(groups.heads), groups.heads[0], seed=0)
     prune_heads(loaded, select_grouped_heads(scores, groups, 0.5, unit="kv"))
-
-
-def stage_prune(quick: bool) -> dict[str, float]:
-    """In this (fresh) process: build, then prune half the heads and check the pruned model
-    against the full one with those heads gated to zero, as `uqc prune` does."""
-    import torch
-
-    from uqcompress.export.onnx import synthetic_batch
-    from uqcompress.models.head_gates import HeadGates
-    from uqcompress.models.surgery import kept_heads
-
-    loaded = build(quick)
-    built = rss_high_water()
-    start = time.perf_counter()
-    batch = synthetic_batch(loaded, count=2)
-    full = copy.deepcopy(loaded)  # `uqc prune` gates the loaded model before surgery instead
-    prune_half(loaded)
-    with torch.inference_mode(), HeadGates(full) as gates:
-        for layer, heads in enumerate(kept_heads(loaded)):
-            gates.gates[layer].zero_()
-            gates.gates[layer][heads] = 1.0
-        gated = full.model(**batch).logits
-    del full
-    with torch.inference_mode():
-        pruned = loaded.model(**batch).logits
-    return {
-        "seconds": time.perf_counter() - start,
-        "peak_rss": rss_high_water(),
-        "rss_after_build": built,
-        "pruned_vs_gated": float((pruned - gated).abs().max()),
-    }
-
-
-def in_fresh_process(stage: str, quick: bool, threads: int) -> dict[str, float]:
-    command = [sys.executable, __file__, "--stage", stage, "--threads", str(threads)]
-    command += ["--quick"] if quick else []
-    proc = subprocess.run(command, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"stage {stage} failed:\n{proc.stderr[-2000:]}")
-    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
 
 
 def export(loaded: Any, path: Path) -> Any:
@@ -212,28 +193,20 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--stage", choices=("score", "prune"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     global THREADS
     THREADS = args.threads
     import torch
 
     torch.set_num_threads(args.threads)
-    if args.stage is not None:
-        result = stage_score(args.quick) if args.stage == "score" else stage_prune(args.quick)
-        print(json.dumps(result))
-        return
     repeats = args.repeats or (3 if args.quick else 10)
     began = time.perf_counter()
-    score = in_fresh_process("score", args.quick, args.threads)
-    prune = in_fresh_process("prune", args.quick, args.threads)
     gib = 1 << 30
-    for name, stage in (("HIES, 32 examples", score), ("prune 50% + parity", prune)):
-        print(
-            f"{name}: {stage['seconds']:.1f} s, peak RSS {stage['peak_rss'] / gib:.2f} GiB "
-            f"(after building the model: {stage['rss_after_build'] / gib:.2f} GiB)"
-        )
-    print(f"pruned vs gated, max |logits|: {prune['pruned_vs_gated']:.1e}")
+    with tempfile.TemporaryDirectory() as tmp:
+        costs = steps_cost(args.quick, args.threads, Path(tmp))
+    print("| step (one process each) | seconds | peak RSS (GiB) |\n| --- | --- | --- |")
+    for name, cost in costs.items():
+        print(f"| uqc {name} | {cost['seconds']:.1f} | {cost['peak_rss'] / gib:.2f} |")
 
     from uqcompress.export.graph import graph_for
     from uqcompress.methods.sve import build_sve, parameter_report

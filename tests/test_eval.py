@@ -146,3 +146,28 @@ def test_long_texts_are_truncated_and_counted(
         "eval", str(trained_bert_artifact), "--data", str(data), "--max-length", "3", "--json"
     )
     assert json.loads(short.out)["summary"]["truncated"] == 3
+
+
+def test_eval_reports_macro_f1_mcc_and_per_class_accuracy(
+    cli, tiny_bert_artifact: Path, sentiment_csv: dict[str, Path], tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    result = cli(
+        "eval",
+        tiny_bert_artifact,
+        "--data",
+        sentiment_csv["test"],
+        "--gate",
+        "mcc>=-1,f1_macro>=0",
+        "--out",
+        tmp_path / "e",
+    )
+    assert result.code == 0, result.err
+    metrics = json.loads((tmp_path / "e" / "metrics.json").read_text())
+    assert 0.0 <= metrics["f1_macro"] <= 1.0 and -1.0 <= metrics["mcc"] <= 1.0
+    per_class = metrics["per_class_accuracy"]
+    assert list(per_class) == ["neg", "pos"]  # the model's labels, in order
+    assert all(0.0 <= v <= 1.0 for v in per_class.values())
+    # accuracy is the support-weighted mean of the per-class values (20 of each class)
+    assert metrics["acc"] == pytest.approx(sum(per_class.values()) / 2, abs=1e-9)
+    gate = json.loads((tmp_path / "e" / "manifest.json").read_text())["summary"]["gate"]
+    assert gate["passed"] is True

@@ -89,3 +89,19 @@ def test_a_decoder_without_padding_token_pads_with_end_of_text(
     assert any(note in w for w in payload["warnings"])
     # batches of several texts work (transformers alone refuses them without a pad token)
     ok(cli("eval", model, "--data", sentiment_csv["test"], "--out", tmp_path / "eval"))
+
+
+@pytest.mark.parametrize(
+    "family", ["bert", "roberta", "xlm-roberta", "distilbert", "electra", *DECODER_FAMILIES]
+)
+def test_an_init_models_tokenizer_comes_back_the_same(family: str, tmp_path: Path) -> None:
+    from uqcompress.models.loading import load_model, resolve_model_source, save_model
+
+    created = create_model(family, ["a", "b"])
+    save_model(created, tmp_path / "m")
+    loaded = load_model(resolve_model_source(tmp_path / "m"))
+    text = "many among produce a great film"
+    assert created.tokenizer is not None and loaded.tokenizer is not None
+    expected = created.tokenizer(text)["input_ids"]
+    assert loaded.tokenizer(text)["input_ids"] == expected
+    assert len(expected) == 8  # [CLS], one token per word, [SEP]: words, not characters

@@ -202,7 +202,7 @@ def test_ece_equals_weighted_gap_from_bins_on_random_data() -> None:
 def test_classification_metrics_keys_and_json() -> None:
     probs, labels = _random_problem(100, 3, 16)
     out = classification_metrics(probs, labels)
-    assert list(out) == ["acc", "nll", "brier", "ece"]
+    assert list(out) == ["acc", "f1_macro", "mcc", "nll", "brier", "ece"]
     assert all(type(v) is float for v in out.values())
     assert out["acc"] == accuracy(probs, labels)
     assert out["nll"] == nll(probs, labels)
@@ -270,3 +270,44 @@ def test_metrics_module_does_not_import_torch() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False
     )
     assert result.returncode == 0, result.stderr or "uqcompress.uq.metrics imported torch"
+
+
+# --------------------------------------------------------------------------- F1, MCC, per class
+
+
+@pytest.mark.parametrize("classes", [2, 3, 7])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_macro_f1_and_mcc_match_scikit_learn(classes: int, seed: int) -> None:
+    from sklearn.metrics import f1_score, matthews_corrcoef
+
+    from uqcompress.uq.metrics import macro_f1
+    from uqcompress.uq.metrics import matthews_corrcoef as mcc
+
+    rng = np.random.default_rng(seed)
+    probs = rng.dirichlet(np.ones(classes), size=60)
+    labels = rng.integers(0, classes, size=60)
+    labels[:20] = probs[:20].argmax(axis=1)  # better than chance, so the values are not ~0
+    predicted = probs.argmax(axis=1)
+    assert macro_f1(probs, labels) == pytest.approx(
+        f1_score(labels, predicted, average="macro"), abs=1e-12
+    )
+    assert mcc(probs, labels) == pytest.approx(matthews_corrcoef(labels, predicted), abs=1e-12)
+
+
+def test_mcc_is_zero_when_one_class_is_predicted_for_everything() -> None:
+    from sklearn.metrics import matthews_corrcoef
+
+    from uqcompress.uq.metrics import matthews_corrcoef as mcc
+
+    probs = np.tile([0.9, 0.1], (6, 1))
+    labels = np.array([0, 1, 0, 1, 1, 0])
+    assert mcc(probs, labels) == 0.0 == matthews_corrcoef(labels, np.zeros(6, dtype=int))
+
+
+def test_per_class_accuracy_is_each_class_recall() -> None:
+    from uqcompress.uq.metrics import per_class_accuracy
+
+    probs = np.eye(3)[[0, 0, 1, 2, 2, 2]]  # predictions 0 0 1 2 2 2
+    labels = np.array([0, 1, 1, 2, 2, 0])
+    assert per_class_accuracy(probs, labels) == [0.5, 0.5, 1.0]
+    assert per_class_accuracy(np.eye(3)[[0, 1]], np.array([0, 1])) == [1.0, 1.0, None]

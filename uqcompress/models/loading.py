@@ -301,7 +301,9 @@ def _finish(loaded: LoadedModel, path: Path) -> LoadedModel:
                 hint="save the tokenizer beside the model (tokenizer.save_pretrained(dir))",
             )
         try:
-            loaded.tokenizer = AutoTokenizer.from_pretrained(str(path))
+            loaded.tokenizer = _saved_tokenizer_class(path, AutoTokenizer).from_pretrained(
+                str(path)
+            )
         except (ValueError, OSError) as exc:
             raise ArtifactError(
                 f"{path} holds a text model but no tokenizer files",
@@ -313,6 +315,26 @@ def _finish(loaded: LoadedModel, path: Path) -> LoadedModel:
             path, int(config.image_size), int(config.num_channels)
         )
     return loaded
+
+
+def _saved_tokenizer_class(path: Path, auto: Any) -> Any:
+    """The class tokenizer_config.json names, when transformers has it, else AutoTokenizer.
+
+    AutoTokenizer prefers the class registered for the model's type to the saved one for
+    some types: a Qwen2 model saved with a WordPiece tokenizer (`uqc init`'s) came back as a
+    Qwen2 BPE tokenizer that split every word into characters.
+    """
+    import json
+
+    import transformers
+
+    try:
+        saved = json.loads((path / "tokenizer_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return auto
+    name = saved.get("tokenizer_class") if isinstance(saved, dict) else None
+    found = getattr(transformers, name, None) if isinstance(name, str) else None
+    return found if isinstance(found, type) else auto
 
 
 def _settle_padding(loaded: LoadedModel, path: Path) -> None:

@@ -16,7 +16,7 @@ from uqcompress.steps import config as fields
 from uqcompress.steps.common import StepResult, build_or_reuse
 
 OOD_SCORE = "entropy"  # every model has it (MI needs M > 1)
-BASE_COLUMNS = ("acc", "nll", "ece", "brier", "aurc")
+BASE_COLUMNS = ("acc", "f1_macro", "mcc", "nll", "ece", "brier", "aurc")
 OOD_COLUMNS = ("auroc", "fpr95", "aupr")
 
 

@@ -160,7 +160,10 @@ def run(
                 for key, value in m.ood_detection(in_scores[score], values).items():
                     metrics[f"ood.{ood.name}.{score}.{key}"] = value
         bins = m.reliability_bins(probs, label_ids, n_bins=ECE_BINS)
-        (writer.dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+        per_class = dict(zip(labels, m.per_class_accuracy(probs, label_ids), strict=True))
+        (writer.dir / "metrics.json").write_text(
+            json.dumps({**metrics, "per_class_accuracy": per_class}, indent=2) + "\n"
+        )
         (writer.dir / "reliability.json").write_text(
             json.dumps({k: _jsonable(v) for k, v in bins.items()}, indent=2) + "\n"
         )

@@ -28,9 +28,12 @@ __all__ = [
     "classification_metrics",
     "disagreement",
     "ece",
+    "macro_f1",
+    "matthews_corrcoef",
     "member_mutual_information",
     "nll",
     "ood_detection",
+    "per_class_accuracy",
     "predictive_entropy",
     "reliability_bins",
     "softmax",
@@ -187,16 +190,74 @@ def ece(probs: FloatArray, labels: IntArray, n_bins: int = 15) -> float:
     return float(np.sum(weights * gaps))
 
 
+def _confusion(probs: FloatArray, labels: IntArray) -> npt.NDArray[np.int64]:
+    """Shape: probs `[N, C]`, labels `[N]` -> counts `[C, C]` (row: true class, column:
+    predicted class, the argmax with ties to the lowest index)."""
+    p, y = _validate(probs, labels)
+    classes = p.shape[1]
+    counts = np.zeros((classes, classes), dtype=np.int64)
+    np.add.at(counts, (y, np.argmax(p, axis=1)), 1)
+    return counts
+
+
+def macro_f1(probs: FloatArray, labels: IntArray) -> float:
+    """Macro-averaged F1: the mean over classes of ``2 TP / (2 TP + FP + FN)``, over the
+    classes that occur as a label or a prediction (scikit-learn's ``f1_score(average="macro")``
+    on those labels). Range ``[0, 1]``, higher is better.
+
+    Shape:
+        - probs: ``[N, C]``; labels: ``[N]``; output: scalar.
+    """
+    counts = _confusion(probs, labels)
+    tp = np.diag(counts).astype(np.float64)
+    fp = counts.sum(axis=0) - tp
+    fn = counts.sum(axis=1) - tp
+    seen = (tp + fp + fn) > 0
+    return float(np.mean(2 * tp[seen] / (2 * tp[seen] + fp[seen] + fn[seen])))
+
+
+def matthews_corrcoef(probs: FloatArray, labels: IntArray) -> float:
+    """Matthews correlation coefficient, multiclass (Gorodkin's R_K, scikit-learn's
+    ``matthews_corrcoef``): ``(c s - sum_k p_k t_k) / sqrt((s^2 - sum_k p_k^2)(s^2 - sum_k
+    t_k^2))`` with c correct, s examples, p_k predicted and t_k true counts of class k; 0 when
+    a denominator factor is 0 (e.g. one class predicted for everything). Range ``[-1, 1]``.
+
+    Shape:
+        - probs: ``[N, C]``; labels: ``[N]``; output: scalar.
+    """
+    counts = _confusion(probs, labels).astype(np.float64)
+    true, predicted = counts.sum(axis=1), counts.sum(axis=0)
+    correct, total = np.trace(counts), counts.sum()
+    denominator = (total**2 - predicted @ predicted) * (total**2 - true @ true)
+    if denominator == 0:
+        return 0.0
+    return float((correct * total - predicted @ true) / np.sqrt(denominator))
+
+
+def per_class_accuracy(probs: FloatArray, labels: IntArray) -> list[float | None]:
+    """Per class, the share of its examples predicted as it (its recall); None for a class
+    with no example.
+
+    Shape:
+        - probs: ``[N, C]``; labels: ``[N]``; output: C values.
+    """
+    counts = _confusion(probs, labels)
+    support = counts.sum(axis=1)
+    return [float(counts[k, k] / support[k]) if support[k] else None for k in range(len(support))]
+
+
 def classification_metrics(probs: FloatArray, labels: IntArray) -> dict[str, float]:
     """All scalar metrics at their defaults, as plain (JSON-serialisable) Python floats.
 
-    Returns ``{"acc": accuracy, "nll": nll, "brier": brier, "ece": ece}`` (ECE with 15 bins).
+    Returns ``{"acc", "f1_macro", "mcc", "nll", "brier", "ece"}`` (ECE with 15 bins).
 
     Shape:
         - probs: ``[N, C]``; labels: ``[N]``; output: dict of scalars.
     """
     return {
         "acc": accuracy(probs, labels),
+        "f1_macro": macro_f1(probs, labels),
+        "mcc": matthews_corrcoef(probs, labels),
         "nll": nll(probs, labels),
         "brier": brier(probs, labels),
         "ece": ece(probs, labels),

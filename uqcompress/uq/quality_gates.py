@@ -26,7 +26,18 @@ _CLAUSE = re.compile(
     r"^\s*([A-Za-z0-9_.\-]+)\s*(>=|<=|>|<)\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*$"
 )
 
-CORE_METRICS = ("acc", "nll", "brier", "ece", "aurc", "latency_ms", "parameters", "members")
+CORE_METRICS = (
+    "acc",
+    "f1_macro",
+    "mcc",
+    "nll",
+    "brier",
+    "ece",
+    "aurc",
+    "latency_ms",
+    "parameters",
+    "members",
+)
 # M > 1 only: test-set means of predictive entropy, expected entropy (aleatoric) and mutual
 # information (epistemic); for one model the last two are degenerate (= entropy, 0).
 UNCERTAINTY_METRICS = ("entropy", "aleatoric", "mi")
