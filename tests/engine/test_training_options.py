@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from safetensors.torch import load_file
 
+from uqcompress.artifacts import open_artifact
 from uqcompress.engine.train import schedule_factor
 from uqcompress.steps import finetune
 from uqcompress.steps.common import checkpoint_folder
@@ -301,3 +302,58 @@ def test_resume_refuses_a_checkpoint_of_another_run(
     with pytest.raises(ConfigError, match="belongs to another run"):
         finetune.run(tiny_bert_artifact, replace(cfg, lr=1e-3, resume=True), out)
     assert not out.exists()
+
+
+def test_sigint_then_resume_from_the_command_line(
+    tmp_path: Path, tiny_vit_artifact: Path, cli: Any
+) -> None:
+    """A real Ctrl-C (SIGINT to `python -m uqcompress finetune`), then the same command with
+    --resume: the weights of an uninterrupted run."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "ft"
+    args = [
+        "finetune",
+        str(tiny_vit_artifact),
+        "--data",
+        "builtin:digits@val",
+        "--epochs",
+        "30",
+        "--batch-size",
+        "16",
+        "--device",
+        "cpu",
+        "--checkpoint-every",
+        "2",
+        "--out",
+        str(out),
+    ]
+    env = {**os.environ, "UQC_ARTIFACTS": str(tmp_path / "art")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "uqcompress", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    checkpoint = checkpoint_folder(out) / "checkpoint.pt"
+    deadline = time.time() + 120
+    while time.time() < deadline and not checkpoint.is_file() and proc.poll() is None:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode in (130, -signal.SIGINT), stderr
+    assert stdout == "" and not out.exists()
+    assert checkpoint.is_file() and "--resume" in stderr
+    resumed = cli(*args, "--resume")
+    assert resumed.code == 0, resumed.err
+    assert Path(resumed.out.strip()) == out and not checkpoint_folder(out).exists()
+    summary = open_artifact(out).manifest.summary
+    assert 0 < summary["resumed_from_step"] < summary["steps"]
+    reference = cli(*args[:-4], "--out", str(tmp_path / "ref"))  # no checkpoints at all
+    assert reference.code == 0, reference.err
+    _assert_same_weights(tmp_path / "ref", out, atol=1e-6)
