@@ -230,7 +230,7 @@ def training_summary(result: Any, train_cfg: Any, examples: int) -> dict[str, An
             f"lowest val {train_cfg.select_best}"
             if train_cfg.select_best != "acc"
             else "highest val acc"
-        ) + f" of {len(result.history)} epochs"
+        ) + f" of {len(result.history)} epoch{'' if len(result.history) == 1 else 's'}"
     if train_cfg.patience is not None:
         summary["stopped_early"] = result.stopped_early
     if result.resumed_from_step is not None:
