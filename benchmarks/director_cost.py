@@ -493,6 +493,7 @@ def chunk_table(args: argparse.Namespace) -> Table:
                 )
                 noise_one = noise_many[:, :1].clone()
 
+                many.sample_chunk = None  # the automatic chunk, as eval and predict use it
                 chunk = many.chunk_samples(batch, tokens)
                 single, chunked, whole = interleaved_medians(
                     [
