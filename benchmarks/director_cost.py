@@ -87,7 +87,12 @@ half an hour on 2 cores, extrapolated from quick mode. Timings depend on the mac
 else runs on it; nothing here asserts on them.
 
     .venv/bin/python benchmarks/director_cost.py [--quick] [--markdown] [--threads 2]
-        [--samples 1 5 10]
+        [--samples 1 5 10] [--chunks]
+
+`--chunks` measures only the sample-chunk table: at batch 1 and 64, the student with S =
+max(--samples) samples run in chunks (the automatic `sample_chunk`, uq/noise.py
+AUTO_CHUNK_TOKENS) and in one pass, next to S times the latency of the same student at S = 1,
+in torch (the Predictor feeds the exported graph slices of the batch the same way).
 """
 
 from __future__ import annotations
@@ -96,7 +101,7 @@ import argparse
 import os
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -437,6 +442,105 @@ def sample_note(rows: Sequence[CostRow]) -> str:
 # --------------------------------------------------------------------------- main
 
 
+# --------------------------------------------------------------------------- sample chunks
+
+CHUNK_BATCHES = (1, 64)
+
+
+def chunk_runner(
+    model: DirectorModel, noise: object, chunk: int | None, inputs: dict[str, object]
+) -> Callable[[], object]:
+    """One forward pass of `model` with `chunk` samples per pass (None: automatic)."""
+
+    def run() -> object:
+        model.sample_chunk = chunk
+        return model(noise=noise, **inputs)
+
+    return run
+
+
+def chunk_table(args: argparse.Namespace) -> Table:
+    """`--chunks`: what S samples cost next to S times one sample, in torch, with the samples
+    run in chunks (`DirectorModel.sample_chunk`, the automatic default) and in one pass.
+
+    Per model (the shapes above) and batch size (1 and 64): the student at S = max(--samples)
+    and the same student at S = 1 (same seed, same weights), the same explicit noise as the
+    exported graph takes; medians of --repeats interleaved runs. `S x one` is S times the
+    S = 1 student's latency; the ratios are S-sample latency over it."""
+    import torch
+
+    samples = max(args.samples)
+    rows: list[list[str]] = []
+    for shape in pruning_shapes(args.quick):
+        log(f"{shape.name}: building the teacher and the students S=1, S={samples}")
+        teacher = shape.build(args.seed)
+        tokens = num_tokens(teacher, args.seq_len)
+        many = student_config(teacher, samples, args).student
+        one = student_config(teacher, 1, args).student
+        assert many is not None and one is not None
+        many.eval()
+        one.eval()
+        with torch.inference_mode():
+            for batch in CHUNK_BATCHES:
+                log(f"{shape.name}: torch, batch {batch}, chunked / one pass / one sample")
+                inputs = {
+                    k: torch.from_numpy(v)
+                    for k, v in ort_inputs(teacher, batch, args.seq_len, args.seed).items()
+                }
+                rng = np.random.default_rng([args.seed, batch])
+                noise_many = torch.from_numpy(
+                    rng.standard_normal(many.noise_shape(batch, tokens), dtype=np.float32)
+                )
+                noise_one = noise_many[:, :1].clone()
+
+                many.sample_chunk = None  # the automatic chunk, as eval and predict use it
+                chunk = many.chunk_samples(batch, tokens)
+                single, chunked, whole = interleaved_medians(
+                    [
+                        chunk_runner(one, noise_one, None, inputs),
+                        chunk_runner(many, noise_many, None, inputs),
+                        chunk_runner(many, noise_many, samples, inputs),
+                    ],
+                    args.warmup,
+                    args.repeats,
+                )
+                rows.append(
+                    [
+                        shape.name,
+                        str(batch),
+                        str(samples),
+                        str(chunk),
+                        f"{single * 1e3:.1f}",
+                        f"{samples * single * 1e3:.1f}",
+                        f"{chunked * 1e3:.1f}",
+                        f"{chunked / (samples * single):.2f}",
+                        f"{whole * 1e3:.1f}",
+                        f"{whole / (samples * single):.2f}",
+                    ]
+                )
+                del inputs, noise_many, noise_one
+    return Table(
+        title=(
+            f"DIRECTOR samples in chunks: torch eager on CPU, {args.threads} threads, median of "
+            f"{args.repeats} after {args.warmup} warm-up; ms per batch"
+        ),
+        headers=[
+            "model",
+            "batch",
+            "S",
+            "auto chunk",
+            "1 sample",
+            "S x 1 sample",
+            "S, chunked",
+            "ratio",
+            "S, one pass",
+            "ratio",
+        ],
+        rows=rows,
+        left=(0,),
+    )
+
+
 log = stderr_logger("director_cost")
 
 
@@ -458,6 +562,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--depth", type=int, default=1, help="DiT blocks per step (default 1)")
     parser.add_argument("--seq-len", type=int, default=128, help="BERT tokens (default 128)")
     parser.add_argument("--seed", type=int, default=0, help="weights and inputs (default 0)")
+    parser.add_argument(
+        "--chunks",
+        action="store_true",
+        help="only the sample-chunk table: S samples (chunked, one pass) vs S x one sample",
+    )
     args = parser.parse_args()
     if args.repeats is None:
         args.repeats = 3 if args.quick else 10
@@ -486,6 +595,10 @@ def main() -> None:
     quiet_transformers()
     torch.set_num_threads(args.threads)
     start = time.perf_counter()
+    if args.chunks:
+        table = chunk_table(args)
+        print_report(setup_line(args, time.perf_counter() - start), [table], args.markdown)
+        return
     rows = [row for shape in pruning_shapes(args.quick) for row in measure_model(shape, args)]
     tables = [cost_table(rows, args), ratio_table(rows)]
     note = sample_note(rows)

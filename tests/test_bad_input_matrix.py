@@ -611,6 +611,44 @@ ROWS: dict[str, tuple[Case, str]] = {
         ],
         "--lambda-std applies only to --loss mse",
     ),
+    "--select-best without --val": (
+        lambda t, f: [
+            "finetune",
+            str(f["bert"]),
+            "--data",
+            str(f["train"]),
+            "--select-best",
+            "nll",
+        ],
+        "--select-best nll needs validation data to score the epochs",
+    ),
+    "--patience without a metric": (
+        lambda t, f: _sve(f, "--patience", "2"),
+        "--patience stops on a validation metric, but this run has none (no --val)",
+    ),
+    "--grad-accum 0": (
+        lambda t, f: [
+            "distill-director",
+            str(f["bert"]),
+            "--data",
+            str(f["train"]),
+            "--grad-accum",
+            "0",
+        ],
+        "--grad-accum 0 must be at least 1",
+    ),
+    "--resume without a checkpoint": (
+        lambda t, f: [
+            "finetune",
+            str(f["bert"]),
+            "--data",
+            str(f["train"]),
+            "--resume",
+            "--out",
+            str(t / "resumed"),
+        ],
+        "--resume: no checkpoint of this run in",
+    ),
     "calibrate --abstain-coverage outside (0, 1]": (
         lambda t, f: [
             "calibrate",

@@ -120,3 +120,45 @@ def test_gumbel_selection_is_seeded_and_diverse() -> None:
     assert a != select_member_heads(scores, 4, 4, "gumbel", seed=2)
     assert all(len(layer) == 4 for member in a for layer in member)
     assert sum(jaccard_per_layer(a)) / 6 < 1.0  # members differ
+
+
+def test_finetune_members_resumes_the_interrupted_member(
+    cli,  # type: ignore[no-untyped-def]
+    member_scores: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 21: one checkpoint per member; --resume continues the member that was stopped
+    and trains the others from the start: the weights of an uninterrupted run."""
+    from dataclasses import replace
+
+    from uqcompress.runtime import interrupts
+    from uqcompress.steps import finetune
+    from uqcompress.steps.common import checkpoint_folder
+
+    members = Path(ok(cli("prune", member_scores, "--members", "3")))
+    cfg = finetune.FinetuneConfig(
+        data="builtin:digits@val", epochs=2, batch_size=64, checkpoint_every=2
+    )
+    reference = finetune.run(members, cfg, tmp_path / "ref").artifact
+    out = tmp_path / "res"
+    calls = {"n": 0}
+
+    def stop() -> None:  # members take 6 steps each; stop member 1 after its 4th
+        calls["n"] += 1
+        if calls["n"] == 11:
+            raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(interrupts, "check", stop)
+        with pytest.raises(KeyboardInterrupt):
+            finetune.run(members, cfg, out)
+    cache = checkpoint_folder(out)
+    assert (cache / "member1" / "checkpoint.pt").is_file()
+    assert not (cache / "member0").exists()  # member 0 had finished
+    resumed = finetune.run(members, replace(cfg, resume=True), out).artifact
+    assert not cache.exists()
+    for m in range(3):
+        a = load_file(str(reference.path / f"member{m}" / "model.safetensors"))
+        b = load_file(str(resumed.path / f"member{m}" / "model.safetensors"))
+        assert all((a[k] - b[k]).abs().max().item() <= 1e-6 for k in a), m

@@ -48,6 +48,15 @@ def evaluate(
             show_default=False,
         ),
     ] = None,
+    sample_chunk: Annotated[
+        int | None,
+        typer.Option(
+            "--sample-chunk",
+            help="DIRECTOR students: samples run per pass (memory and speed only, the same "
+            "result). Default: as many as fit 16384 tokens (sequences x length) per pass.",
+            show_default=False,
+        ),
+    ] = None,
     gate: Annotated[
         str | None,
         typer.Option(
@@ -79,6 +88,7 @@ def evaluate(
         "data": data,
         "ood": ood,
         "samples": samples,
+        "sample_chunk": sample_chunk,
         "gate": gate,
         "batch_size": batch_size,
         "max_length": max_length,

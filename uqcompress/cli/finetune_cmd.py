@@ -8,15 +8,23 @@ import typer
 
 from uqcompress.cli.options import (
     BatchSize,
+    CheckpointEvery,
     Device,
     Force,
+    GradAccum,
     Json,
     LabelColumn,
     MaxLength,
+    MaxSteps,
     Out,
+    Patience,
+    Resume,
+    Schedule,
     Seed,
+    SelectBest,
     TextColumn,
     Threads,
+    Warmup,
     WeightDecay,
     resolve_input,
 )
@@ -47,13 +55,22 @@ def finetune(
             "--precision", help="fp32, or bf16 mixed precision (for GPUs; through accelerate)."
         ),
     ] = "fp32",
+    select_best: SelectBest = None,
+    patience: Patience = None,
+    grad_accum: GradAccum = 1,
+    max_steps: MaxSteps = None,
+    schedule: Schedule = "linear",
+    warmup: Warmup = 0.1,
+    checkpoint_every: CheckpointEvery = None,
+    resume: Resume = False,
     device: Device = "auto",
     threads: Threads = None,
     out: Out = None,
     force: Force = False,
     json_out: Json = False,
 ) -> None:
-    """Fine-tune a classifier (AdamW, warm-up + linear decay) and write a new model artifact."""
+    """Fine-tune a classifier (AdamW, warm-up then --schedule) and write a new model artifact;
+    with --val, the best epoch's weights (--select-best) and a history of every epoch."""
     from uqcompress.cli.invoke import run_step
 
     options = {
@@ -69,6 +86,14 @@ def finetune(
         "text_column": text_column,
         "label_column": label_column,
         "precision": precision,
+        "select_best": select_best,
+        "patience": patience,
+        "grad_accum": grad_accum,
+        "max_steps": max_steps,
+        "schedule": schedule,
+        "warmup": warmup,
+        "checkpoint_every": checkpoint_every,
+        "resume": resume,
         "device": device,
         "threads": threads,
     }

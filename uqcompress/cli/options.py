@@ -97,3 +97,71 @@ def setup_compute(device: str, threads: int | None) -> tuple[str, int]:
     from uqcompress.runtime.device import configure_threads, resolve_device
 
     return resolve_device(device), configure_threads(threads)
+
+
+# --- training options (finetune, svd-ensemble, distill-director) -----------------------------
+SelectBest = Annotated[
+    str | None,
+    typer.Option(
+        "--select-best",
+        help="Keep the weights of the epoch best on --val by this metric: nll, acc, ece, loss "
+        "(the training loss on --val) or none (the last epoch). Default: nll with --val, none "
+        "without.",
+        show_default=False,
+    ),
+]
+Patience = Annotated[
+    int | None,
+    typer.Option(
+        "--patience",
+        help="Stop after this many epochs without a better --select-best metric on --val. "
+        "Default: train every epoch.",
+        show_default=False,
+    ),
+]
+GradAccum = Annotated[
+    int,
+    typer.Option(
+        "--grad-accum",
+        help="Micro-batches of --batch-size per optimizer step (effective batch: their product).",
+    ),
+]
+MaxSteps = Annotated[
+    int | None,
+    typer.Option(
+        "--max-steps",
+        help="Train for exactly this many optimizer steps, overriding --epochs (the last pass "
+        "over the data may be partial). Default: --epochs passes.",
+        show_default=False,
+    ),
+]
+Schedule = Annotated[
+    str,
+    typer.Option(
+        "--schedule",
+        help="Learning rate after the warm-up: linear (decay to 0), cosine (to 0) or constant.",
+    ),
+]
+Warmup = Annotated[
+    float,
+    typer.Option(
+        "--warmup",
+        help="Linear warm-up, as a fraction of the optimizer steps in [0, 1) (0: none).",
+    ),
+]
+CheckpointEvery = Annotated[
+    int | None,
+    typer.Option(
+        "--checkpoint-every",
+        help="Write a resumable checkpoint every N optimizer steps into .OUT.resume beside the "
+        "output (removed when the run completes). Default: none.",
+        show_default=False,
+    ),
+]
+Resume = Annotated[
+    bool,
+    typer.Option(
+        "--resume",
+        help="Continue an interrupted run of the same command from its last checkpoint.",
+    ),
+]

@@ -31,6 +31,15 @@ def predict(
     batch_size: BatchSize = 64,
     max_length: MaxLength = None,
     text_column: TextColumn = "text",
+    sample_chunk: Annotated[
+        int | None,
+        typer.Option(
+            "--sample-chunk",
+            help="DIRECTOR students: samples run per pass (memory and speed only, the same "
+            "result). Default: as many as fit 16384 tokens (sequences x length) per pass.",
+            show_default=False,
+        ),
+    ] = None,
     device: Device = "cpu",
     threads: Threads = None,
 ) -> None:
@@ -47,10 +56,19 @@ def predict(
     from uqcompress.steps.sources import open_source
     from uqcompress.uq.calibration import abstain_scores, abstains
 
+    if sample_chunk is not None and sample_chunk < 1:
+        from uqcompress.errors import ConfigError
+
+        raise ConfigError(
+            f"--sample-chunk {sample_chunk} must be at least 1",
+            hint="drop --sample-chunk to size it to memory",
+        )
     model_path = resolve_input(model)
     resolved_device, resolved_threads = setup_compute(device, threads)
     examples = load_data(data, text_column=text_column, require_labels=False)
-    source = open_source(model_path, "model", resolved_device, resolved_threads)
+    source = open_source(
+        model_path, "model", resolved_device, resolved_threads, sample_chunk=sample_chunk
+    )
     outputs = source.predict(examples, batch_size, max_length)
     labels = source.labels
     rule = source.calibration.abstain if source.calibration is not None else None

@@ -9,11 +9,13 @@ dropout, a seeded generator for shuffling, no data-dependent parallelism).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from uqcompress.errors import ConfigError
@@ -26,26 +28,61 @@ if TYPE_CHECKING:
 
 
 PRECISIONS = {"fp32": "no", "bf16": "bf16"}
+SCHEDULES = ("linear", "cosine", "constant")
+# --select-best metrics on --val, and whether higher is better
+SELECT_METRICS = {"nll": False, "acc": True, "ece": False, "loss": False}
+NO_SELECTION = "none"
 
 
 @dataclass(frozen=True)
 class TrainConfig:
     epochs: int = 3
     lr: float = 5e-4
-    batch_size: int = 32
+    batch_size: int = 32  # examples per forward pass (one micro-batch with grad_accum > 1)
     seed: int = 0
     weight_decay: float = 0.01
-    warmup_ratio: float = 0.1
+    warmup_ratio: float = 0.1  # --warmup: a fraction of the optimizer steps
     max_grad_norm: float = 1.0
     device: str = "cpu"
     precision: str = "fp32"  # or "bf16": mixed precision through accelerate
+    select_best: str = NO_SELECTION  # a SELECT_METRICS key: keep the best epoch's weights
+    patience: int | None = None  # stop after this many epochs without a better select_best
+    grad_accum: int = 1  # micro-batches per optimizer step
+    max_steps: int | None = None  # optimizer steps; overrides epochs
+    schedule: str = "linear"
+    checkpoint_every: int | None = None  # optimizer steps between resumable checkpoints
+    resume: bool = False
+    has_val: bool = False  # validation data was given (select_best needs it)
 
     @classmethod
     def of(cls, step_config: Any) -> TrainConfig:
         """The training options of a training step's config: its fields of the same names
-        (a step without `precision` trains in fp32)."""
-        names = ("epochs", "lr", "weight_decay", "batch_size", "seed", "device", "precision")
-        return cls(**{n: getattr(step_config, n) for n in names if hasattr(step_config, n)})
+        (a step without `precision` trains in fp32). `select_best` None resolves to nll
+        with validation data and none without; `warmup` is `warmup_ratio`."""
+        names = (
+            "epochs",
+            "lr",
+            "weight_decay",
+            "batch_size",
+            "seed",
+            "device",
+            "precision",
+            "patience",
+            "grad_accum",
+            "max_steps",
+            "schedule",
+            "checkpoint_every",
+            "resume",
+        )
+        values = {n: getattr(step_config, n) for n in names if hasattr(step_config, n)}
+        has_val = getattr(step_config, "val", None) is not None
+        values["has_val"] = has_val
+        if hasattr(step_config, "warmup"):
+            values["warmup_ratio"] = step_config.warmup
+        values["select_best"] = resolve_select_best(
+            getattr(step_config, "select_best", None), has_val
+        )
+        return cls(**values)
 
     def validate(self) -> None:
         """Every problem at once (errors.ConfigProblems; one problem reads as itself)."""
@@ -76,15 +113,85 @@ class TrainConfig:
                 f"unknown --precision {self.precision!r}",
                 hint=f"use one of: {', '.join(PRECISIONS)}",
             )
+        self._validate_options(problems)
         problems.raise_any()
+
+    def _validate_options(self, problems: Any) -> None:
+        """The problems of the selection, accumulation, schedule and checkpoint options."""
+        metrics = ", ".join([*SELECT_METRICS, NO_SELECTION])
+        if self.select_best not in (*SELECT_METRICS, NO_SELECTION):
+            problems.add(
+                f"unknown --select-best {self.select_best!r}", hint=f"use one of: {metrics}"
+            )
+        elif self.select_best != NO_SELECTION and not self.has_val:
+            problems.add(
+                f"--select-best {self.select_best} needs validation data to score the epochs",
+                hint="pass --val DATA, or drop --select-best",
+            )
+        if self.patience is not None:
+            if self.patience < 1:
+                problems.add(
+                    f"--patience {self.patience} must be at least 1", hint="pass e.g. --patience 3"
+                )
+            elif self.select_best == NO_SELECTION:
+                problems.add(
+                    "--patience stops on a validation metric, but this run has none "
+                    + ("(--select-best none)" if self.has_val else "(no --val)"),
+                    hint="pass --val DATA (it selects nll by default) or --select-best METRIC",
+                )
+        if self.grad_accum < 1:
+            problems.add(
+                f"--grad-accum {self.grad_accum} must be at least 1",
+                hint="pass --grad-accum 1 (no accumulation) or more",
+            )
+        if self.max_steps is not None and self.max_steps < 1:
+            problems.add(
+                f"--max-steps {self.max_steps} must be at least 1",
+                hint="drop --max-steps to train for --epochs",
+            )
+        if self.schedule not in SCHEDULES:
+            problems.add(
+                f"unknown --schedule {self.schedule!r}", hint=f"use one of: {', '.join(SCHEDULES)}"
+            )
+        if not (0 <= self.warmup_ratio < 1):
+            problems.add(
+                f"--warmup {self.warmup_ratio} must be a fraction of the steps in [0, 1)",
+                hint="pass e.g. --warmup 0.1 (10% of the optimizer steps; 0: none)",
+            )
+        if self.checkpoint_every is not None and self.checkpoint_every < 1:
+            problems.add(
+                f"--checkpoint-every {self.checkpoint_every} must be at least 1",
+                hint="pass e.g. --checkpoint-every 100 (optimizer steps)",
+            )
+
+
+def resolve_select_best(value: str | None, has_val: bool) -> str:
+    """`--select-best` as the run uses it: None means nll with validation data, else none."""
+    if value is None:
+        return "nll" if has_val else NO_SELECTION
+    return value
 
 
 @dataclass
 class TrainResult:
     loss_curve: list[float] = field(default_factory=list)  # mean training loss per epoch
     val_curve: list[dict[str, float]] = field(default_factory=list)  # per-epoch validation
-    steps: int = 0
+    # per epoch: epoch, steps, lr, train_loss, val_<metric>..., and what `epoch_end` added
+    history: list[dict[str, Any]] = field(default_factory=list)
+    steps: int = 0  # optimizer steps
     seconds: float = 0.0
+    best_epoch: int | None = None  # 1-based; the weights kept (with select_best)
+    stopped_early: bool = False  # --patience ended the run
+    resumed_from_step: int | None = None
+
+    @property
+    def kept_val(self) -> dict[str, float]:
+        """The validation metrics of the weights kept: the best epoch's, else the last's."""
+        if not self.val_curve:
+            return {}
+        if self.best_epoch is not None:
+            return self.val_curve[self.best_epoch - 1]
+        return self.val_curve[-1]
 
 
 LossFn = Callable[["nn.Module", dict[str, Any]], "torch.Tensor"]
@@ -152,13 +259,38 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict[str, An
     return [g for g in groups if g["params"]]
 
 
-def _linear_schedule(total: int, warmup: int) -> Callable[[int], float]:
+def schedule_factor(name: str, total: int, warmup: int) -> Callable[[int], float]:
+    """The learning-rate factor of optimizer step `step` (0-based): a linear warm-up over
+    `warmup` steps, then linear decay to 0 at `total`, a cosine half-wave to 0, or constant."""
+
     def factor(step: int) -> float:
         if step < warmup:
             return (step + 1) / warmup
+        if name == "constant":
+            return 1.0
+        if name == "cosine":
+            progress = min(1.0, (step - warmup) / max(1, total - warmup))
+            return 0.5 * (1.0 + math.cos(math.pi * progress))
         return max(0.0, (total - step) / max(1, total - warmup))
 
     return factor
+
+
+@dataclass(frozen=True)
+class Checkpointing:
+    """Where a run keeps its resumable checkpoint (a cache folder beside the output, never
+    inside an artifact) and which run it belongs to (`tag`: the artifact id)."""
+
+    directory: Path
+    tag: str
+
+    @property
+    def file(self) -> Path:
+        return self.directory / CHECKPOINT_FILE
+
+
+CHECKPOINT_FILE = "checkpoint.pt"
+EpochEnd = Callable[["nn.Module"], dict[str, Any]]
 
 
 def train(
@@ -168,11 +300,23 @@ def train(
     loss_fn: LossFn = classification_loss,
     validate: ValidateFn | None = None,
     description: str = "training",
+    *,
+    epoch_end: EpochEnd | None = None,
+    checkpoint: Checkpointing | None = None,
 ) -> TrainResult:
-    """Train ``model`` in place; returns loss and validation curves."""
+    """Train ``model`` in place; returns loss and validation curves and the per-epoch history.
+
+    `validate` scores the model after every epoch (its metrics go into the history as
+    `val_<name>`; with `cfg.select_best` the best epoch's weights are kept at the end, and
+    `cfg.patience` stops a run that stopped improving); `epoch_end` adds its own values to
+    each epoch's history row. Validation runs with the random number generators forked, so a
+    run with validation takes the same training steps as one without. With `checkpoint` and
+    `cfg.checkpoint_every`, a resumable checkpoint is written every so many optimizer steps;
+    `cfg.resume` continues from it, and a finished run removes it.
+    """
     import torch
     from accelerate import Accelerator
-    from accelerate.utils import set_seed
+    from accelerate.utils import DataLoaderConfiguration, set_seed
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -186,8 +330,7 @@ def train(
 
     cfg.validate()
     set_seed(cfg.seed)
-    from accelerate.utils import DataLoaderConfiguration
-
+    generator = getattr(loader, "generator", None)  # the shuffling order's own generator
     # split_batches: --batch-size is the global batch, cut across processes, so a run on N
     # processes takes the same optimisation steps as a run on one.
     accelerator = Accelerator(
@@ -196,13 +339,38 @@ def train(
         dataloader_config=DataLoaderConfiguration(split_batches=True),
     )
     optimizer = torch.optim.AdamW(parameter_groups(model, cfg.weight_decay), lr=cfg.lr)
-    steps_per_epoch = len(loader)
-    total = cfg.epochs * steps_per_epoch
+    micro_per_epoch = len(loader)
+    updates_per_epoch = math.ceil(micro_per_epoch / cfg.grad_accum)
+    if cfg.max_steps is not None:
+        total = cfg.max_steps
+        epochs = math.ceil(total / updates_per_epoch)
+    else:
+        epochs = cfg.epochs
+        total = epochs * updates_per_epoch
     warmup = max(1, math.ceil(cfg.warmup_ratio * total))
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _linear_schedule(total, warmup))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, schedule_factor(cfg.schedule, total, warmup)
+    )
     model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
+    unwrapped = accelerator.unwrap_model(model)
 
     result = TrainResult()
+    loop = _LoopState()
+    if cfg.resume:
+        if checkpoint is None or not checkpoint.file.is_file():
+            raise ConfigError(
+                "--resume: no checkpoint to resume from"
+                + (f" in {checkpoint.directory}" if checkpoint is not None else ""),
+                hint="run without --resume (add --checkpoint-every N to write checkpoints)",
+            )
+        loop = _load_checkpoint(checkpoint, unwrapped, optimizer, scheduler, result)
+        result.resumed_from_step = result.steps
+        stderr.print(
+            f"[dim]resuming from step {result.steps} (epoch {loop.epoch + 1}, "
+            f"{loop.position}/{micro_per_epoch} batches in)[/dim]"
+        )
+    higher = SELECT_METRICS.get(cfg.select_best, False)
+    earlier_seconds = loop.seconds  # spent before the checkpoint this run resumed from
     start = time.perf_counter()
     progress = Progress(
         TextColumn("[bold]{task.description}"),
@@ -216,42 +384,247 @@ def train(
         disable=not accelerator.is_main_process,
         transient=False,
     )
-    with progress:
-        task = progress.add_task(description, total=total, loss=float("nan"), val="")
-        for epoch in range(cfg.epochs):
+    with progress, _note_checkpoint_on_interrupt(checkpoint):
+        task = progress.add_task(
+            description, total=total, completed=result.steps, loss=float("nan"), val=""
+        )
+        for epoch in range(loop.epoch, epochs):
+            if loop.position == 0 or loop.epoch_generator is None:
+                loop.epoch_generator = generator.get_state() if generator is not None else None
+                loop.running, loop.seen = 0.0, 0
+            elif generator is not None:
+                generator.set_state(loop.epoch_generator)  # replay this epoch's order
+            skip, loop.position, loop.epoch = loop.position, 0, epoch
             model.train()
-            running, seen = 0.0, 0
-            for batch in loader:
+            for i, batch in enumerate(loader):
+                if i < skip:
+                    continue  # done before the checkpoint this run resumed from
+                if result.steps >= total:
+                    break
                 interrupts.check()  # a Ctrl-C whose KeyboardInterrupt was lost stops here
+                group_start = i - i % cfg.grad_accum
+                group = min(cfg.grad_accum, micro_per_epoch - group_start)
                 loss = loss_fn(model, batch)
-                accelerator.backward(loss)
-                if cfg.max_grad_norm > 0:
-                    accelerator.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-                optimizer.step()
-                scheduler.step()
-                optimizer.zero_grad(set_to_none=True)
                 value = float(loss.detach())
                 if not math.isfinite(value):
                     raise ConfigError(
                         f"training diverged at epoch {epoch + 1} (loss {value})",
                         hint="lower --lr",
                     )
-                running += value
-                seen += 1
+                accelerator.backward(loss / group if group > 1 else loss)
+                loop.running += value
+                loop.seen += 1
+                loop.position = i + 1
+                if i + 1 - group_start < group:
+                    continue  # accumulate the rest of this group's micro-batches
+                if cfg.max_grad_norm > 0:
+                    accelerator.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
                 result.steps += 1
-                progress.update(task, advance=1, loss=running / seen)
-            result.loss_curve.append(running / max(1, seen))
+                progress.update(task, completed=result.steps, loss=loop.running / loop.seen)
+                if (
+                    checkpoint is not None
+                    and cfg.checkpoint_every is not None
+                    and result.steps % cfg.checkpoint_every == 0
+                    and result.steps < total
+                ):
+                    loop.seconds = earlier_seconds + time.perf_counter() - start
+                    _save_checkpoint(checkpoint, unwrapped, optimizer, scheduler, result, loop)
+            loop.position = 0
+            result.loss_curve.append(loop.running / max(1, loop.seen))
+            row: dict[str, Any] = {
+                "epoch": epoch + 1,
+                "steps": result.steps,
+                "lr": float(scheduler.get_last_lr()[0]),
+                "train_loss": result.loss_curve[-1],
+            }
+            model.eval()
+            with torch.random.fork_rng(devices=_rng_devices()):
+                if epoch_end is not None:
+                    row.update(epoch_end(unwrapped))
+                metrics = validate(unwrapped) if validate is not None else {}
             if validate is not None:
-                model.eval()
-                metrics = validate(accelerator.unwrap_model(model))
                 result.val_curve.append(metrics)
+                row.update({f"val_{k}": v for k, v in metrics.items()})
                 shown = " ".join(f"val {k} {v:.4f}" for k, v in metrics.items())
                 progress.update(task, val=shown)
+            result.history.append(row)
+            if cfg.select_best != NO_SELECTION:
+                value = metrics[cfg.select_best]
+                best = loop.best_value
+                if best is None or (value > best if higher else value < best):
+                    loop.best_value, loop.bad_epochs = value, 0
+                    result.best_epoch = epoch + 1
+                    loop.best_state = _cpu_state(unwrapped)
+                else:
+                    loop.bad_epochs += 1
+                if cfg.patience is not None and loop.bad_epochs >= cfg.patience:
+                    result.stopped_early = result.steps < total
+                    break
+            if result.steps >= total:
+                break
+            loop.epoch = epoch + 1
     accelerator.wait_for_everyone()
-    unwrapped = accelerator.unwrap_model(model)
+    if loop.best_state is not None:
+        unwrapped.load_state_dict(loop.best_state)
     unwrapped.eval()
-    result.seconds = time.perf_counter() - start
+    result.seconds = earlier_seconds + time.perf_counter() - start
+    if checkpoint is not None and checkpoint.directory.exists():
+        import shutil
+
+        shutil.rmtree(checkpoint.directory, ignore_errors=True)  # the run is complete
     return result
+
+
+@contextlib.contextmanager
+def _note_checkpoint_on_interrupt(checkpoint: Checkpointing | None) -> Iterator[None]:
+    """On Ctrl-C, SIGTERM or a crash, say where the last checkpoint is and how to go on."""
+    try:
+        yield
+    except BaseException:
+        if checkpoint is not None and checkpoint.file.is_file():
+            from uqcompress.runtime.console import stderr
+
+            stderr.print(
+                f"[yellow]a checkpoint of this run is in {checkpoint.directory}: run the same "
+                "command with --resume to continue from it[/yellow]"
+            )
+        raise
+
+
+def _cpu_state(model: nn.Module) -> dict[str, Any]:
+    """A copy of the model's state dict on the CPU (a module's extra state, which need not be
+    a tensor, deep-copied)."""
+    import copy
+
+    import torch
+
+    return {
+        k: v.detach().to("cpu", copy=True) if isinstance(v, torch.Tensor) else copy.deepcopy(v)
+        for k, v in model.state_dict().items()
+    }
+
+
+def _rng_devices() -> list[int]:
+    import torch
+
+    return list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+
+
+@dataclass
+class _LoopState:
+    """Where the loop is, as a checkpoint records it."""
+
+    epoch: int = 0  # 0-based, the epoch in progress
+    position: int = 0  # micro-batches of that epoch already done
+    epoch_generator: Any = None  # the shuffling generator's state when the epoch began
+    running: float = 0.0  # the epoch's summed training loss so far
+    seen: int = 0
+    best_value: float | None = None
+    best_state: dict[str, Any] | None = None
+    bad_epochs: int = 0
+    seconds: float = 0.0  # training time before the resume
+
+
+def _save_checkpoint(
+    checkpoint: Checkpointing,
+    model: nn.Module,
+    optimizer: Any,
+    scheduler: Any,
+    result: TrainResult,
+    loop: _LoopState,
+) -> None:
+    """Write the checkpoint atomically (a temp file renamed over the last one): weights,
+    optimizer, scheduler, every RNG state, the data order and position, curves so far."""
+    import random
+
+    import numpy as np
+    import torch
+
+    from uqcompress.runtime.distributed import is_main_process
+
+    if not is_main_process():
+        return
+    name, keys, position, has_gauss, cached = np.random.get_state(legacy=True)
+    state = {
+        "tag": checkpoint.tag,
+        "model": _cpu_state(model),
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+        "rng_torch": torch.get_rng_state(),
+        "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        "rng_python": random.getstate(),
+        "rng_numpy": [name, torch.from_numpy(np.array(keys)), position, has_gauss, cached],
+        "loop": {
+            "epoch": loop.epoch,
+            "position": loop.position,
+            "epoch_generator": loop.epoch_generator,
+            "running": loop.running,
+            "seen": loop.seen,
+            "best_value": loop.best_value,
+            "best_state": loop.best_state,
+            "bad_epochs": loop.bad_epochs,
+            "seconds": loop.seconds,
+        },
+        "result": {
+            "loss_curve": result.loss_curve,
+            "val_curve": result.val_curve,
+            "history": result.history,
+            "steps": result.steps,
+            "best_epoch": result.best_epoch,
+        },
+    }
+    checkpoint.directory.mkdir(parents=True, exist_ok=True)
+    partial = checkpoint.directory / (CHECKPOINT_FILE + ".partial")
+    torch.save(state, partial)
+    partial.replace(checkpoint.file)
+
+
+def _load_checkpoint(
+    checkpoint: Checkpointing,
+    model: nn.Module,
+    optimizer: Any,
+    scheduler: Any,
+    result: TrainResult,
+) -> _LoopState:
+    """Restore what `_save_checkpoint` wrote; the loop state to continue from."""
+    import random
+
+    import numpy as np
+    import torch
+
+    try:
+        state = torch.load(checkpoint.file, map_location="cpu", weights_only=True)
+    except Exception as exc:  # a torn or foreign file
+        raise ConfigError(
+            f"--resume: the checkpoint {checkpoint.file} cannot be read ({exc})",
+            hint=f"delete {checkpoint.directory} and run without --resume",
+        ) from exc
+    if state.get("tag") != checkpoint.tag:
+        raise ConfigError(
+            f"--resume: the checkpoint in {checkpoint.directory} belongs to another run "
+            "(its inputs or options differ)",
+            hint=f"resume with the options it was started with, or delete {checkpoint.directory}",
+        )
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    torch.set_rng_state(state["rng_torch"])
+    if state["rng_cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["rng_cuda"])
+    python = state["rng_python"]
+    random.setstate((python[0], tuple(python[1]), python[2]))
+    name, keys, position, has_gauss, cached = state["rng_numpy"]
+    np.random.set_state((name, keys.numpy(), position, has_gauss, cached))
+    saved = state["result"]
+    result.loss_curve = list(saved["loss_curve"])
+    result.val_curve = list(saved["val_curve"])
+    result.history = list(saved["history"])
+    result.steps = int(saved["steps"])
+    result.best_epoch = saved["best_epoch"]
+    return _LoopState(**state["loop"])
 
 
 @dataclass
@@ -277,19 +650,20 @@ def fine_tune(
     source: str,
     transform: Callable[[Any], Any] | None = None,
     description: str = "finetune",
+    checkpoint: Checkpointing | None = None,
 ) -> FineTuned:
     """Fine-tune a loaded classifier on labelled data with `train`.
 
     A head that was never trained (`head_untrained`) is replaced by a fresh one sized by the
     data's classes; placeholder labels (LABEL_i) adopt the data's names. `transform` turns
     the label-checked model into the one to train (the SVE step builds its ensemble there).
-    `source` names the model in warnings. Validation reports accuracy after every epoch.
+    `source` names the model in warnings. Validation reports accuracy, NLL, ECE and the
+    training loss (mean member cross-entropy) after every epoch (`validation_metrics`).
     """
     from uqcompress.data.encoding import encode, make_loader
     from uqcompress.data.labels import map_labels
     from uqcompress.engine.inference import predict_logits
     from uqcompress.models.loading import has_default_labels
-    from uqcompress.uq.metrics import accuracy, softmax
 
     notes: dict[str, Any] = {}
     warnings: list[str] = []
@@ -328,7 +702,7 @@ def fine_tune(
 
         def validate(model: Any) -> dict[str, float]:
             logits = predict_logits(model, val_encoded, device=cfg.device).member_logits
-            return {"acc": accuracy(softmax(logits).mean(axis=1), val_ids)}
+            return validation_metrics(logits, val_ids)
 
     result = train(
         loaded.model,
@@ -336,9 +710,35 @@ def fine_tune(
         cfg,
         validate=validate,
         description=f"{description} {loaded.family.name}",
+        checkpoint=checkpoint,
     )
     loaded.model.to("cpu")
     return FineTuned(loaded=loaded, result=result, notes=notes, warnings=warnings)
+
+
+def validation_metrics(member_logits: Any, labels: Any) -> dict[str, float]:
+    """What every epoch's validation reports: accuracy, NLL and ECE of the mean of the member
+    softmaxes, and `loss`, the training loss on the validation data (the mean of the members'
+    cross-entropies, as `classification_loss`).
+
+    Shape: member_logits `[N, M, C]` (numpy), labels `[N]` -> floats.
+    """
+    import numpy as np
+
+    from uqcompress.uq.metrics import accuracy, ece, nll, softmax
+
+    logits = np.asarray(member_logits, dtype=np.float64)
+    probs = softmax(logits)  # [N, M, C]
+    mean = probs.mean(axis=1)  # [N, C]
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    log_probs = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))  # [N, M, C]
+    picked = np.take_along_axis(log_probs, np.asarray(labels)[:, None, None], axis=-1)  # [N, M, 1]
+    return {
+        "acc": accuracy(mean, labels),
+        "nll": nll(mean, labels),
+        "ece": ece(mean, labels),
+        "loss": float(-picked.mean()),
+    }
 
 
 def _adopt_labels(loaded: Any, labels: list[str]) -> None:

@@ -279,8 +279,18 @@ class Predictor:
     """Run an exported model. ``source`` is an onnx artifact directory or a `.onnx` file
     (a text model then needs `tokenizer.json` beside it)."""
 
-    def __init__(self, source: Path | str, device: str = "cpu", threads: int | None = None):
+    def __init__(
+        self,
+        source: Path | str,
+        device: str = "cpu",
+        threads: int | None = None,
+        sample_chunk: int | None = None,
+    ):
         from uqcompress.runtime.deps import require_onnxruntime
+
+        # Sampling models: samples per pass (None: sized by uq.noise.AUTO_CHUNK_TOKENS). The
+        # graph runs all S samples of each example it gets, so a batch is fed in slices.
+        self.sample_chunk = sample_chunk
 
         ort = require_onnxruntime()
         source = Path(source)
@@ -430,9 +440,7 @@ class Predictor:
         not given)."""
         if self.noise is not None and contract.NOISE_INPUT not in inputs:
             inputs = {**inputs, contract.NOISE_INPUT: self.draw_noise(inputs)}
-        member_logits, probs, entropy, mutual_info = self.session.run(
-            list(contract.OUTPUT_NAMES), {name: inputs[name] for name in self.input_names}
-        )
+        member_logits, probs, entropy, mutual_info = self._session_run(inputs)
         rule = self.calibration.abstain if self.calibration is not None else None
         return Prediction(
             member_logits=member_logits,
@@ -446,6 +454,29 @@ class Predictor:
                 else None
             ),
         )
+
+    def _session_run(self, inputs: dict[str, npt.NDArray[Any]]) -> list[npt.NDArray[Any]]:
+        """The graph's four outputs for `inputs`; a sampling model's batch is fed in slices
+        of `examples_per_pass` examples (each with all its S samples and its own draws, so
+        the outputs are those of one pass).
+
+        Shape: inputs `[B, ...]` (noise `[B, S, K, T, d]`) -> the contract's outputs `[B, ...]`.
+        """
+        feed = {name: inputs[name] for name in self.input_names}
+        if self.noise is None:
+            return list(self.session.run(list(contract.OUTPUT_NAMES), feed))
+        from uqcompress.uq.noise import examples_per_pass
+
+        noise = feed[contract.NOISE_INPUT]  # [B, S, K, T, d]
+        batch, samples, _, tokens, _ = noise.shape
+        step = examples_per_pass(batch, samples, tokens, self.sample_chunk)
+        parts = [
+            self.session.run(
+                list(contract.OUTPUT_NAMES), {k: v[i : i + step] for k, v in feed.items()}
+            )
+            for i in range(0, batch, step)
+        ]
+        return [np.concatenate([p[j] for p in parts]) for j in range(len(contract.OUTPUT_NAMES))]
 
     def predict_texts(self, texts: list[str], batch_size: int = 64) -> Prediction:
         return self._batched(

@@ -31,7 +31,7 @@ from uqcompress.models.kinds import DIRECTOR_KEY
 
 if TYPE_CHECKING:
     from uqcompress.data import LabeledData
-    from uqcompress.engine.train import TrainConfig, TrainResult
+    from uqcompress.engine.train import Checkpointing, TrainConfig, TrainResult
     from uqcompress.models.loading import LoadedModel
 
 
@@ -56,9 +56,12 @@ class Distiller(nn.Module):
         self.frozen = (teacher,)  # a tuple, so nn.Module does not register the teacher
         self.family, self.weights, self.seed = family, weights, seed
         self.batches = 0  # seeds each batch's sampled roll-out
+        self.val_batches = 0  # seeds the validation roll-outs (eval mode)
         self.step_losses: list[torch.Tensor] = []  # per batch, L1 per step `[K]`
 
     def forward(self, batch: dict[str, Any]) -> torch.Tensor:
+        """The loss of one batch. In eval mode (validation) nothing is recorded and each
+        batch's roll-out is seeded by its position in the validation pass (`val_batches`)."""
         teacher = self.frozen[0]
         labels = batch["labels"]
         inputs = {k: v for k, v in batch.items() if k != "labels"}
@@ -68,10 +71,24 @@ class Distiller(nn.Module):
                 teacher, self.family, self.student.spec.replace_last, inputs
             )
         l1, per_step = distillation_loss(self.student, states, self.weights)
-        self.step_losses.append(per_step.cpu())
+        if not self.training:
+            self.val_batches += 1
+            seed = self.seed * 1_000_003 - self.val_batches
+            return l1 + self.weights.ce * sampled_ce(self.student, inputs, labels, seed)
+        self.step_losses.append(per_step.detach().cpu())
         self.batches += 1
         seed = self.seed * 1_000_003 + self.batches
         return l1 + self.weights.ce * sampled_ce(self.student, inputs, labels, seed)
+
+    def get_extra_state(self) -> dict[str, Any]:
+        """The batch counter (it seeds the roll-outs) and this epoch's per-step losses: a
+        resumed run goes on where the checkpoint left off."""
+        losses = torch.stack(self.step_losses) if self.step_losses else torch.zeros(0)
+        return {"batches": self.batches, "step_losses": losses}
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        self.batches = int(state["batches"])
+        self.step_losses = list(state["step_losses"].unbind(0))
 
     def epoch_losses(self) -> list[float] | None:
         """The mean L1 per step over the batches since the last call (None: no batch)."""
@@ -107,14 +124,14 @@ def distill(
     weights: LossWeights,
     max_length: int | None,
     warn: Callable[[str], None],
+    checkpoint: Checkpointing | None = None,
 ) -> Distilled:
     """Distil `teacher` (left frozen, on the CPU afterwards) into a new student; the student
     comes back on the CPU. `warn` receives what the run's record should say."""
     from uqcompress.data.encoding import encode, make_loader
     from uqcompress.data.labels import map_labels
     from uqcompress.engine.inference import predict_logits
-    from uqcompress.engine.train import train
-    from uqcompress.uq.metrics import accuracy, ece, softmax
+    from uqcompress.engine.train import train, validation_metrics
 
     seed = train_cfg.seed
     student = build_student(teacher, replace_last, depth, samples, seed, train_head)
@@ -139,33 +156,44 @@ def distill(
         loss: torch.Tensor = model(batch)
         return loss
 
-    per_step_curve: list[list[float]] = []
-    val_metrics: list[dict[str, float]] = []
     validate: Any = None
     if val_data is not None:
         val_ids = map_labels(val_data, teacher.labels, placeholder=False).ids
         val_encoded = encode(val_data, teacher, val_ids, max_length)
+        val_loader = make_loader(val_encoded, train_cfg.batch_size)
 
         def validate(_model: Any) -> dict[str, float]:
             logits = predict_logits(student, val_encoded, device=train_cfg.device).member_logits
-            probs = softmax(logits).mean(axis=1)
-            metrics = {"acc": accuracy(probs, val_ids), "ece": ece(probs, val_ids)}
-            val_metrics.append(metrics)
+            metrics = validation_metrics(logits, val_ids)
+            # the distillation loss on the validation data, seeded the same way every epoch
+            distiller.val_batches, total, count = 0, 0.0, 0
+            with torch.no_grad():
+                for batch in val_loader:
+                    moved = {k: v.to(train_cfg.device) for k, v in batch.items()}
+                    size = int(moved["labels"].shape[0])
+                    total += float(distiller(moved)) * size
+                    count += size
+            metrics["loss"] = total / max(1, count)
             return metrics
 
-    def end_of_epoch_validate(model: Any) -> dict[str, float]:
-        if (losses := distiller.epoch_losses()) is not None:
-            per_step_curve.append(losses)
-        return validate(model) if validate is not None else {}
+    def epoch_end(_model: Any) -> dict[str, Any]:
+        losses = distiller.epoch_losses()
+        return {"distill_loss_per_step": losses} if losses is not None else {}
 
     result = train(
         distiller,
         loader,
         train_cfg,
         loss_fn=loss_fn,
-        validate=end_of_epoch_validate,
+        validate=validate,
         description=f"distill-director {family}",
+        epoch_end=epoch_end,
+        checkpoint=checkpoint,
     )
+    per_step_curve = [
+        row["distill_loss_per_step"] for row in result.history if "distill_loss_per_step" in row
+    ]
+    val_metrics = result.val_curve
     student.to("cpu")
     frozen_teacher.to("cpu")
     counts = parameter_counts(frozen_teacher, student)

@@ -236,6 +236,9 @@ class DirectorModel(nn.Module):
                 raise ValueError(f"the {anatomy.name} head's {name!r} clashes with DirectorModel")
             setattr(self, name, copy.deepcopy(module))
         self._tail_names, self._head_names = list(tail), list(head)  # names only, no modules
+        # Samples per inference pass (None: `chunk_samples` sizes it); a runtime setting,
+        # never saved: it changes memory and speed, not the result.
+        self.sample_chunk: int | None = None
 
     def frozen_parts(self) -> list[nn.Module]:
         """The modules that never train: embeddings, kept prefix, and the head unless
@@ -292,24 +295,58 @@ class DirectorModel(nn.Module):
         x: torch.Tensor,
         mask: torch.Tensor | None,
         noise: torch.Tensor | torch.Generator | Callable[[], torch.Tensor] | None,
+        rows: int | None = None,
     ) -> torch.Tensor:
         """K sampled steps from x_0. Shape: x `[N, T, d]` -> x_K `[N, T, d]`. `noise`: the
         draws `[K, N, T, d]`, a generator to draw each step's `[N, T, d]` from, a function
         returning the next step's `[N, T, d]` (both keep one step's noise in memory), or
-        None for the means only."""
+        None for the means only. `rows`: run the transition on at most this many of the N
+        sequences at a time (the same draws, so the same result; activations, attention's
+        above all, grow with the rows of one pass)."""
         for step in range(self.steps):
-            mean, std = self.transition(x, step, mask)
             if noise is None:
-                x = mean
-                continue
-            if isinstance(noise, torch.Generator):
+                draw = None
+            elif isinstance(noise, torch.Generator):
                 draw = torch.randn(x.shape, generator=noise, device=x.device).to(x.dtype)
             elif isinstance(noise, torch.Tensor):
                 draw = noise[step]
             else:
                 draw = noise()
-            x = mean + std * draw
+            x = self._step(x, step, mask, draw, rows)
         return x
+
+    def _step(
+        self,
+        x: torch.Tensor,
+        step: int,
+        mask: torch.Tensor | None,
+        draw: torch.Tensor | None,
+        rows: int | None,
+    ) -> torch.Tensor:
+        """One transition, on slices of at most `rows` sequences. Shape: x, draw `[N, T, d]`,
+        mask `[N, 1, 1, T]` or None -> `[N, T, d]`."""
+        if rows is None:  # one pass (no loop: an exported graph keeps its batch dynamic)
+            mean, std = self.transition(x, step, mask)
+            return mean if draw is None else mean + std * draw
+        total = x.shape[0]
+        size = max(1, rows)
+        pieces = []
+        for start in range(0, total, size):
+            end = min(total, start + size)
+            part_mask = mask[start:end] if mask is not None else None
+            mean, std = self.transition(x[start:end], step, part_mask)
+            pieces.append(mean if draw is None else mean + std * draw[start:end])
+        return pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=0)
+
+    def chunk_samples(self, batch: int, tokens: int) -> int:
+        """Samples per pass: `sample_chunk` if set, else as many as keep one pass within
+        `AUTO_CHUNK_TOKENS` tokens (sequences x length), at least 1, at most S."""
+        from uqcompress.uq.noise import AUTO_CHUNK_TOKENS
+
+        samples = self.spec.samples
+        if self.sample_chunk is not None:
+            return max(1, min(samples, self.sample_chunk))
+        return max(1, min(samples, AUTO_CHUNK_TOKENS // max(1, batch * tokens)))
 
     def forward(self, noise: torch.Tensor | None = None, **inputs: Any) -> MemberOutput:
         inputs = {k: v for k, v in inputs.items() if k != "labels"}
@@ -326,13 +363,28 @@ class DirectorModel(nn.Module):
             draws = noise.permute(2, 1, 0, 3, 4).reshape(
                 self.steps, samples * batch, length, hidden
             )
-        # Samples folded into the batch, sample-major: [S*B, T, d].
+        # Samples folded into the batch, sample-major: [S*B, T, d]; the transition and the
+        # head run on chunks of samples ([c*B, ...] each) so memory stays bounded.
+        rows = None if self.training or _tracing() else self.chunk_samples(batch, length) * batch
         x = x0.repeat(samples, 1, 1)
         folded_mask = mask.repeat(samples, 1, 1, 1) if mask is not None else None
         keep = inputs.get("attention_mask")  # [B, T] 1/0: only a last-token head reads it
         last_token = self.family.layout.pooled_token == "last"
         folded_keep = keep.repeat(samples, 1) if keep is not None and last_token else None
-        logits = self.head(self.rollout(x, folded_mask, draws), folded_keep)  # [S*B, C]
+        x_k = self.rollout(x, folded_mask, draws, rows)  # [S*B, T, d]
+        if rows is None:
+            logits = self.head(x_k, folded_keep)  # [S*B, C]
+        else:
+            logits = torch.cat(
+                [
+                    self.head(
+                        x_k[i : i + rows],
+                        folded_keep[i : i + rows] if folded_keep is not None else None,
+                    )
+                    for i in range(0, x_k.shape[0], rows)
+                ],
+                dim=0,
+            )  # [S*B, C]
         return MemberOutput(member_logits=logits.reshape(samples, batch, -1).transpose(0, 1))
 
     def _example_draws(
@@ -362,6 +414,14 @@ class DirectorModel(nn.Module):
             return draw.transpose(0, 1).reshape(samples * batch, length, hidden)  # [S*B, T, d]
 
         return next_step
+
+
+def _tracing() -> bool:
+    """Inside an ONNX export or a trace: the graph takes all S samples in one pass (the
+    Predictor feeds it chunks)."""
+    return bool(
+        torch.onnx.is_in_onnx_export() or torch.jit.is_tracing() or torch.compiler.is_compiling()
+    )
 
 
 def student_trainable(model: DirectorModel, train_head: bool) -> None:

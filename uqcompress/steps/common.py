@@ -111,6 +111,32 @@ def load_training_data(
     return TrainingData(train=train, val=validation, entries=entries)
 
 
+RESUME_SUFFIX = ".resume"
+
+
+def checkpoint_folder(dest: Path) -> Path:
+    """The cache folder beside an output where its run keeps resumable checkpoints: never
+    inside the artifact, removed when the run completes."""
+    return dest.parent / f".{dest.name}{RESUME_SUFFIX}"
+
+
+def checkpointing(cfg: Any, writer: ArtifactWriter) -> Any:
+    """The `Checkpointing` of a training step's run (None without --checkpoint-every or
+    --resume); --resume without a checkpoint there is refused."""
+    from uqcompress.engine.train import CHECKPOINT_FILE, Checkpointing
+    from uqcompress.errors import ConfigError
+
+    if cfg.checkpoint_every is None and not cfg.resume:
+        return None
+    folder = checkpoint_folder(writer.dest)
+    if cfg.resume and not any(folder.rglob(CHECKPOINT_FILE)):
+        raise ConfigError(
+            f"--resume: no checkpoint of this run in {folder}",
+            hint="run without --resume (with --checkpoint-every N it writes checkpoints)",
+        )
+    return Checkpointing(folder, writer.plan.id)
+
+
 def train_into(
     source: Any,
     train_cfg: Any,
@@ -121,9 +147,11 @@ def train_into(
     max_length: int | None,
     transform: Callable[[Any], Any] | None = None,
     description: str = "finetune",
+    checkpoint: Any = None,
 ) -> tuple[dict[str, Any], list[str]]:
     """Load the model of `source`, fine-tune it (`train.fine_tune`, `transform` included) and
-    save it into `directory`; returns the summary and the warnings for its manifest."""
+    save it into `directory` with its training history; returns the summary and the warnings
+    for its manifest."""
     from uqcompress.data.encoding import check_input_kind
     from uqcompress.engine.train import fine_tune
     from uqcompress.models.loading import calibration_dropped, load_model, save_model
@@ -145,25 +173,69 @@ def train_into(
         source=str(source.path),
         transform=transform,
         description=description,
+        checkpoint=checkpoint,
     )
     warnings += tuned.warnings
     save_model(tuned.loaded, directory)
-    result = tuned.result
+    warnings += write_history(tuned.result, directory, description)
     summary = {**tuned.notes, **model_summary(tuned.loaded)}
-    summary.update(
-        {
-            "trained": True,
-            "epochs": train_cfg.epochs,
-            "steps": result.steps,
-            "train_examples": len(train_data),
-            "train_seconds": round(result.seconds, 3),
-            "loss_curve": [round(v, 6) for v in result.loss_curve],
-        }
-    )
-    if result.val_curve:
-        summary["val_acc_curve"] = [round(m["acc"], 6) for m in result.val_curve]
-        summary["val_acc"] = round(result.val_curve[-1]["acc"], 6)
+    summary.update(training_summary(tuned.result, train_cfg, len(train_data)))
     return summary, warnings
+
+
+HISTORY_FILE = "history.jsonl"
+HISTORY_PLOT = "history.png"
+
+
+def write_history(result: Any, directory: Path, title: str) -> list[str]:
+    """Write the run's per-epoch history (`history.jsonl`: one JSON object per epoch with
+    epoch, steps, lr, train_loss and the val_ metrics) and its curves (`history.png`) into
+    `directory`; returns warnings (a plot that could not be drawn)."""
+    import json
+
+    if not result.history:
+        return []
+    directory.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps(row, sort_keys=False) for row in result.history]
+    (directory / HISTORY_FILE).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    try:
+        from uqcompress.uq.plots import save_training_curves
+
+        save_training_curves(result.history, directory / HISTORY_PLOT, title, result.best_epoch)
+    except ImportError as exc:  # matplotlib missing: the history itself is written
+        return [f"{HISTORY_PLOT} was not drawn ({exc}); {HISTORY_FILE} holds the numbers"]
+    return []
+
+
+def training_summary(result: Any, train_cfg: Any, examples: int) -> dict[str, Any]:
+    """What every training step's summary says about its training: steps, curves, the
+    validation metrics of the weights kept, and which epoch they come from and why."""
+    summary: dict[str, Any] = {
+        "trained": True,
+        "epochs": train_cfg.epochs,
+        "epochs_run": len(result.history),
+        "steps": result.steps,
+        "train_examples": examples,
+        "train_seconds": round(result.seconds, 3),
+        "loss_curve": [round(v, 6) for v in result.loss_curve],
+    }
+    if result.val_curve and "acc" in result.val_curve[0]:
+        summary["val_acc_curve"] = [round(m["acc"], 6) for m in result.val_curve]
+        for name, value in result.kept_val.items():
+            summary[f"val_{name}"] = round(value, 6)
+    if result.best_epoch is not None:
+        summary["select_best"] = train_cfg.select_best
+        summary["best_epoch"] = result.best_epoch
+        summary["best_why"] = (
+            f"lowest val {train_cfg.select_best}"
+            if train_cfg.select_best != "acc"
+            else "highest val acc"
+        ) + f" of {len(result.history)} epoch{'' if len(result.history) == 1 else 's'}"
+    if train_cfg.patience is not None:
+        summary["stopped_early"] = result.stopped_early
+    if result.resumed_from_step is not None:
+        summary["resumed_from_step"] = result.resumed_from_step
+    return summary
 
 
 def _head_is_untrained(source: Any, loaded: Any) -> bool:

@@ -21,6 +21,7 @@ from typing import Any
 from uqcompress.errors import Problems
 
 RUNTIME = "runtime"
+ID_OMIT = "id_omit"  # the value at which a field is left out of the id (it was added later)
 
 
 def runtime(default: Any = dataclasses.MISSING, **metadata: Any) -> Any:
@@ -60,6 +61,42 @@ def option(
     return dataclasses.field(default=default, metadata=metadata)
 
 
+def added(default: Any, omit: Any = dataclasses.MISSING) -> Any:
+    """A field that changes the result but was added after artifacts were made without it:
+    at `omit` (default: `default`), the behaviour from before, it is left out of the id, so
+    those artifacts keep their ids."""
+    value = default if omit is dataclasses.MISSING else omit
+    return dataclasses.field(default=default, metadata={RUNTIME: False, ID_OMIT: value})
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TrainingOptions:
+    """The options of every training step (finetune, svd-ensemble, distill-director) beyond
+    epochs, lr and batch size; `engine.train.TrainConfig.of` reads them.
+
+    `select_best` None means nll with `--val` and none without (`resolve_training` records
+    which); `warmup` is a fraction of the optimizer steps; `checkpoint_every` and `resume`
+    change where a run may stop and go on, never its result.
+    """
+
+    select_best: str | None = added(None, omit="none")
+    patience: int | None = added(None)
+    grad_accum: int = added(1)
+    max_steps: int | None = added(None)
+    schedule: str = added("linear")
+    warmup: float = added(0.1)
+    checkpoint_every: int | None = runtime(None)
+    resume: bool = runtime(False)
+
+
+def resolve_training(cfg: Any) -> Any:
+    """The training config with `select_best` as the run uses it (nll with `--val`, none
+    without), so that the manifest records it."""
+    if getattr(cfg, "select_best", "none") is not None:
+        return cfg
+    return dataclasses.replace(cfg, select_best="nll" if cfg.val is not None else "none")
+
+
 def runtime_keys(cfg: Any) -> frozenset[str]:
     """The names of the fields of `cfg` that do not change results."""
     return frozenset(f.name for f in dataclasses.fields(cfg) if f.metadata.get(RUNTIME))
@@ -70,7 +107,12 @@ def id_config(cfg: Any, config: dict[str, Any] | None = None) -> dict[str, Any]:
     without the runtime fields of `cfg`."""
     recorded = dataclasses.asdict(cfg) if config is None else config
     skip = runtime_keys(cfg)
-    return {k: v for k, v in recorded.items() if k not in skip}
+    omit = {f.name: f.metadata[ID_OMIT] for f in dataclasses.fields(cfg) if ID_OMIT in f.metadata}
+    return {
+        k: v
+        for k, v in recorded.items()
+        if k not in skip and not (k in omit and v == omit[k] and type(v) is type(omit[k]))
+    }
 
 
 def flag(name: str) -> str:

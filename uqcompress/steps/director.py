@@ -8,13 +8,20 @@ from typing import Any
 
 from uqcompress.artifacts import ArtifactWriter, OutputPlan
 from uqcompress.steps import config as fields
-from uqcompress.steps.common import StepResult, build_or_reuse, load_training_data
+from uqcompress.steps.common import (
+    StepResult,
+    build_or_reuse,
+    checkpointing,
+    load_training_data,
+    training_summary,
+    write_history,
+)
 
 DEFAULT_LAMBDA_STD = 0.1  # the research code's std weight (`mlp_gamma`), --loss mse
 
 
 @dataclass(frozen=True)
-class DirectorConfig:
+class DirectorConfig(fields.TrainingOptions):
     # runtime: the data's content fingerprints, which cover the columns used, are in the id
     data: str = fields.runtime()
     val: str | None = fields.runtime(None)
@@ -81,6 +88,7 @@ def run(
     from uqcompress.models.loading import refuse_fused, resolve_model_source
 
     cfg.validate()
+    cfg = fields.resolve_training(cfg)
     if cfg.loss == "mse" and cfg.lambda_std is None:  # resolved, so the manifest says it
         cfg = replace(cfg, lambda_std=DEFAULT_LAMBDA_STD)
     train_cfg = cfg.train_config()
@@ -105,13 +113,22 @@ def run(
         teacher = load_model(source)
         if (dropped := calibration_dropped(teacher, source.path)) is not None:
             writer.warn(dropped)
-        writer.summary.update(_distill(teacher, cfg, train_cfg, train_data, val_data, writer))
+        checkpoint = checkpointing(cfg, writer)
+        writer.summary.update(
+            _distill(teacher, cfg, train_cfg, train_data, val_data, writer, checkpoint)
+        )
 
     return build_or_reuse(plan, out, force, build)
 
 
 def _distill(
-    teacher: Any, cfg: DirectorConfig, train_cfg: Any, train_data: Any, val_data: Any, writer: Any
+    teacher: Any,
+    cfg: DirectorConfig,
+    train_cfg: Any,
+    train_data: Any,
+    val_data: Any,
+    writer: Any,
+    checkpoint: Any,
 ) -> dict[str, Any]:
     """Distil (methods/director_distill.py), save the student into the artifact, and
     summarise the run."""
@@ -137,6 +154,7 @@ def _distill(
         weights=weights,
         max_length=cfg.max_length,
         warn=writer.warn,
+        checkpoint=checkpoint,
     )
     counts, result, per_step_curve = done.counts, done.train, done.per_step_curve
     loaded = teacher.derived(done.student, done.config)
@@ -151,20 +169,13 @@ def _distill(
             "depth": cfg.depth,
             "samples": cfg.samples,
             "loss": cfg.loss,
-            "trained": True,
-            "epochs": cfg.epochs,
-            "steps": result.steps,
-            "train_examples": len(train_data),
-            "train_seconds": round(result.seconds, 3),
-            "loss_curve": [round(v, 6) for v in result.loss_curve],
+            **training_summary(result, train_cfg, len(train_data)),
             "distill_loss_per_step": [round(v, 6) for v in per_step_curve[-1]]
             if per_step_curve
             else [],
             "distill_loss_curve": [round(sum(s) / len(s), 6) for s in per_step_curve],
         }
     )
-    if done.val_metrics:
-        summary["val_acc_curve"] = [round(m["acc"], 6) for m in done.val_metrics]
-        summary["val_acc"] = round(done.val_metrics[-1]["acc"], 6)
-        summary["val_ece"] = round(done.val_metrics[-1]["ece"], 6)
+    for warning in write_history(result, writer.dir, "distill-director"):
+        writer.warn(warning)
     return summary

@@ -29,6 +29,8 @@ class EvalConfig:
     )
     gate: str | None = None
     samples: int | None = None  # DIRECTOR students: roll-outs per input (default: stored S)
+    # DIRECTOR students: samples per pass (None: sized to memory); memory and speed only
+    sample_chunk: int | None = fields.runtime(None)
     batch_size: int = fields.runtime(64)
     max_length: int | None = None
     text_column: str = fields.runtime("text")
@@ -41,6 +43,11 @@ class EvalConfig:
         if self.batch_size < 1:
             problems.add(
                 f"--batch-size {self.batch_size} must be at least 1", hint="pass --batch-size 64"
+            )
+        if self.sample_chunk is not None and self.sample_chunk < 1:
+            problems.add(
+                f"--sample-chunk {self.sample_chunk} must be at least 1",
+                hint="drop --sample-chunk to size it to memory",
             )
         problems.raise_any()
 
@@ -110,7 +117,7 @@ def run(
         from uqcompress.uq.quality_gates import evaluate_gate
 
         sources = [
-            open_source(p, role, cfg.device, cfg.threads, cfg.samples)
+            open_source(p, role, cfg.device, cfg.threads, cfg.samples, cfg.sample_chunk)
             for p, role in zip(model_paths, roles, strict=True)
         ]
         labels = sources[0].labels

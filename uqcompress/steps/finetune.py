@@ -8,11 +8,17 @@ from typing import Any
 
 from uqcompress.artifacts import ArtifactWriter, OutputPlan
 from uqcompress.steps import config as fields
-from uqcompress.steps.common import StepResult, build_or_reuse, load_training_data, train_into
+from uqcompress.steps.common import (
+    StepResult,
+    build_or_reuse,
+    checkpointing,
+    load_training_data,
+    train_into,
+)
 
 
 @dataclass(frozen=True)
-class FinetuneConfig:
+class FinetuneConfig(fields.TrainingOptions):
     # runtime: the data's content fingerprints, which cover the columns used, are in the id
     data: str = fields.runtime()
     val: str | None = fields.runtime(None)
@@ -45,6 +51,7 @@ def run(
     from uqcompress.models.loading import resolve_model_source
 
     cfg.validate()  # bad values fail before any data is read
+    cfg = fields.resolve_training(cfg)
     train_cfg = cfg.train_config()
     members = _is_members(model_path)
     source = None if members else resolve_model_source(model_path)
@@ -68,7 +75,13 @@ def run(
 
     def build(writer: ArtifactWriter) -> None:
         summary, warnings = train_into(
-            source, train_cfg, train_data, val_data, writer.dir, max_length=cfg.max_length
+            source,
+            train_cfg,
+            train_data,
+            val_data,
+            writer.dir,
+            max_length=cfg.max_length,
+            checkpoint=checkpointing(cfg, writer),
         )
         writer.summary.update(summary)
         for warning in warnings:
@@ -119,14 +132,23 @@ def _run_members(
 
     def build(writer: ArtifactWriter) -> None:
         curves = []
+        every = checkpointing(cfg, writer)
         for m in range(count):
+            # each member keeps its checkpoint in its own subfolder; on --resume, the member
+            # that has one continues from it, the others train from the start (same result)
+            member_checkpoint = (
+                None if every is None else replace(every, directory=every.directory / f"member{m}")
+            )
+            resume = member_checkpoint is not None and member_checkpoint.file.is_file()
             summary, warnings = train_into(
                 resolve_model_source(path / f"member{m}"),
-                replace(train_cfg, seed=cfg.seed + m),
+                replace(train_cfg, seed=cfg.seed + m, resume=cfg.resume and resume),
                 train_data,
                 val_data,
                 writer.dir / f"member{m}",
                 max_length=cfg.max_length,
+                description=f"finetune member {m}",
+                checkpoint=member_checkpoint,
             )
             curves.append(summary)
             for warning in dict.fromkeys(warnings):
@@ -159,5 +181,12 @@ def _run_members(
         )
         if all("val_acc" in c for c in curves):
             writer.summary["val_acc_per_member"] = [c["val_acc"] for c in curves]
+        if all("best_epoch" in c for c in curves):
+            writer.summary["select_best"] = first["select_best"]
+            writer.summary["best_epoch_per_member"] = [c["best_epoch"] for c in curves]
+        if every is not None:
+            import shutil
+
+            shutil.rmtree(every.directory, ignore_errors=True)
 
     return build_or_reuse(plan, out, force, build)

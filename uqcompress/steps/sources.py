@@ -66,7 +66,14 @@ class PredictionSource(ABC):
 
 
 class TorchSource(PredictionSource):
-    def __init__(self, path: Path, role: str, device: str, samples: int | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        role: str,
+        device: str,
+        samples: int | None = None,
+        sample_chunk: int | None = None,
+    ) -> None:
         from uqcompress.models.loading import load_model, resolve_model_source
 
         source = resolve_model_source(path, role)
@@ -74,6 +81,8 @@ class TorchSource(PredictionSource):
         self.loaded = load_model(source)
         if samples is not None:
             _set_samples(self.loaded, samples, path)
+        if hasattr(self.loaded.model, "sample_chunk"):  # a sampling model (DIRECTOR)
+            setattr(self.loaded.model, "sample_chunk", sample_chunk)  # noqa: B010
         self.labels = self.loaded.labels
         self.input_kind = self.loaded.input_kind
         self.members = self.loaded.members
@@ -103,12 +112,19 @@ class TorchSource(PredictionSource):
 
 
 class OnnxSource(PredictionSource):
-    def __init__(self, path: Path, role: str, device: str, threads: int | None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        role: str,
+        device: str,
+        threads: int | None,
+        sample_chunk: int | None = None,
+    ) -> None:
         from uqcompress.export.runtime import Predictor
 
         artifact = open_artifact(path, expect_kind="onnx")
         self.ref, self.path = SourceRef.of(role, artifact), path
-        self.predictor = Predictor(path, device=device, threads=threads)
+        self.predictor = Predictor(path, device=device, threads=threads, sample_chunk=sample_chunk)
         self.labels = self.predictor.labels
         self.input_kind = self.predictor.input_kind
         self.members = self.predictor.members
@@ -205,8 +221,10 @@ def open_source(
     device: str = "cpu",
     threads: int | None = None,
     samples: int | None = None,
+    sample_chunk: int | None = None,
 ) -> PredictionSource:
-    """A model artifact or transformers dir runs in torch; an onnx artifact in ONNX Runtime."""
+    """A model artifact or transformers dir runs in torch; an onnx artifact in ONNX Runtime.
+    `sample_chunk`: a sampling model's samples per pass (None: sized to memory)."""
     from uqcompress.errors import ConfigError
 
     kind = read_manifest(path).kind if (path / MANIFEST_NAME).is_file() else None
@@ -217,7 +235,7 @@ def open_source(
             hint="drop --samples, or export the student after choosing its samples",
         )
     if kind == "onnx":
-        return OnnxSource(path, role, device, threads)
+        return OnnxSource(path, role, device, threads, sample_chunk)
     if kind == "members":
         return MembersSource(path, role, device)
-    return TorchSource(path, role, device, samples)
+    return TorchSource(path, role, device, samples, sample_chunk)

@@ -13,7 +13,7 @@ from uqcompress.steps.common import StepResult, build_or_reuse, load_training_da
 
 
 @dataclass(frozen=True)
-class SVEConfig:
+class SVEConfig(fields.TrainingOptions):
     # runtime: the data's content fingerprints, which cover the columns used, are in the id
     data: str = fields.runtime()
     val: str | None = fields.runtime(None)
@@ -78,6 +78,7 @@ def run(
     from uqcompress.models.loading import refuse_fused, resolve_model_source
 
     cfg.validate()
+    cfg = fields.resolve_training(cfg)
     train_cfg = cfg.train_config()
     source = resolve_model_source(model_path)
     refuse_fused(source, "svd-ensemble")
@@ -96,7 +97,7 @@ def run(
 
     def build(writer: ArtifactWriter) -> None:
         from uqcompress.methods.sve import build_sve, parameter_report
-        from uqcompress.steps.common import train_into
+        from uqcompress.steps.common import checkpointing, train_into
 
         built: dict[str, Any] = {}
 
@@ -117,6 +118,7 @@ def run(
             max_length=cfg.max_length,
             transform=to_sve,
             description="svd-ensemble",
+            checkpoint=checkpointing(cfg, writer),
         )
         report = parameter_report(built["base"], built["sve"])
         weights = writer.dir / "model.safetensors"

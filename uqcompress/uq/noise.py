@@ -26,9 +26,35 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["NOISE_SCHEME", "ExampleNoise", "draw_noise"]
+__all__ = [
+    "AUTO_CHUNK_TOKENS",
+    "NOISE_SCHEME",
+    "ExampleNoise",
+    "draw_noise",
+    "examples_per_pass",
+]
 
 NOISE_SCHEME = "example-pcg64-v1"
+# Sampling models run their S samples in chunks: one pass holds at most this many tokens
+# (sampled sequences x length) unless a sample chunk is given: S samples of 64 texts of 128
+# tokens run 2 at a time, one text's S = 10 samples all at once. Torch (models/director_model)
+# and the ONNX Predictor share it.
+AUTO_CHUNK_TOKENS = 16384
+
+
+def examples_per_pass(
+    batch: int, samples: int, tokens: int, sample_chunk: int | None = None
+) -> int:
+    """How many of a batch's examples one pass of a graph that runs all S samples of each
+    may take: about `sample_chunk` x `batch` sampled sequences (default: within
+    AUTO_CHUNK_TOKENS tokens), at least 1, at most `batch`."""
+    if sample_chunk is not None:
+        rows = max(1, sample_chunk) * batch
+    else:
+        rows = AUTO_CHUNK_TOKENS // max(1, tokens)
+    return max(1, min(batch, rows // max(1, samples)))
+
+
 _DIGEST_WORDS = 8  # the sha256 digest as 8 uint32 words of seed entropy
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["save_ood_histograms", "save_reliability_diagram"]
+__all__ = ["save_ood_histograms", "save_reliability_diagram", "save_training_curves"]
 
 _DPI = 110
 _SCORE_LABELS = {
@@ -205,6 +205,49 @@ def save_ood_histograms(
             ax.set_title(name, fontsize=10)
             ax.legend(fontsize=7)
         fig.suptitle(title, fontsize=11)
+        fig.tight_layout()
+    except BaseException:
+        plt.close(fig)
+        raise
+    _save(fig, path)
+
+
+def save_training_curves(
+    history: list[Mapping[str, Any]], path: Path, title: str, best_epoch: int | None = None
+) -> None:
+    """Write a training run's curves over its epochs: the training loss and, where present,
+    the validation loss in the first panel, every other `val_` metric (acc, nll, ece) in the
+    second, the learning rate at each epoch's end in the third; `best_epoch` (1-based, the
+    weights kept) is marked by a dashed line.
+
+    Shape:
+        - history: one mapping per epoch with `epoch`, `train_loss`, `lr` and `val_*` floats.
+    """
+    if not history:
+        raise ValueError("history is empty; expected one row per epoch")
+    epochs = [int(row["epoch"]) for row in history]
+    val_names = [k for k in history[0] if k.startswith("val_") and k != "val_loss"]
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    try:
+        loss_ax, val_ax, lr_ax = axes
+        loss_ax.plot(epochs, [row["train_loss"] for row in history], marker="o", label="train")
+        if "val_loss" in history[0]:
+            loss_ax.plot(epochs, [row["val_loss"] for row in history], marker="o", label="val")
+        loss_ax.set_title("loss", fontsize=10)
+        loss_ax.legend(fontsize=8)
+        for name in val_names:
+            val_ax.plot(epochs, [row[name] for row in history], marker="o", label=name)
+        val_ax.set_title("validation" if val_names else "validation (no --val)", fontsize=10)
+        if val_names:
+            val_ax.legend(fontsize=8)
+        lr_ax.plot(epochs, [row["lr"] for row in history], marker="o", color="gray")
+        lr_ax.set_title("learning rate at epoch end", fontsize=10)
+        for ax in axes:
+            ax.set_xlabel("epoch")
+            if best_epoch is not None:
+                ax.axvline(best_epoch, linestyle="--", color="tab:red", linewidth=1)
+        fig.suptitle(title + (f" (kept: epoch {best_epoch})" if best_epoch else ""), fontsize=11)
         fig.tight_layout()
     except BaseException:
         plt.close(fig)
