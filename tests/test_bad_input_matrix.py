@@ -129,6 +129,15 @@ def _gqa_ratio(tmp: Path, f: dict[str, Path]) -> list[str]:
     return ["prune", str(scores.artifact.path), "--ratio", "0.25"]
 
 
+def _quantized(tmp: Path, f: dict[str, Path]) -> list[str]:
+    from uqcompress.steps import quantize
+
+    done = quantize.run(
+        f["vit_onnx"], quantize.QuantizeConfig(data="builtin:digits@test"), tmp / "int8"
+    )
+    return ["quantize", str(done.artifact.path), "--data", "builtin:digits@test"]
+
+
 def _csv(tmp: Path, name: str, text: str) -> str:
     path = tmp / name
     path.write_text(text)
@@ -659,6 +668,19 @@ ROWS: dict[str, tuple[Case, str]] = {
             "1.5",
         ],
         "--abstain-coverage 1.5 must be in (0, 1]",
+    ),
+    "quantize a model artifact (not ONNX)": (
+        lambda t, f: ["quantize", str(f["bert"]), "--data", str(f["test"])],
+        "is a model artifact, not an ONNX export",
+    ),
+    "quantize --mode static without --data": (
+        lambda t, f: ["quantize", str(f["vit_onnx"]), "--mode", "static"],
+        "--mode static calibrates its activation ranges on --data",
+    ),
+    "quantize an already quantized artifact": (_quantized, "is already quantized (dynamic)"),
+    "quantize an unknown --mode": (
+        lambda t, f: ["quantize", str(f["vit_onnx"]), "--mode", "int4", "--data", str(f["test"])],
+        "unknown --mode 'int4'",
     ),
     "a recipe value that looks like an option": (
         lambda t, f: ["run", _recipe(t), "--set", "steps.init.family=--help"],

@@ -24,6 +24,7 @@ def test_quick_demo_runs_every_step(cli, tmp_path: Path) -> None:  # type: ignor
             "eval-ensemble",
             "eval-hydra",
             "eval-hydra-onnx",
+            "eval-hydra-int8",
             "eval-sve",
             "eval-director",
         )
@@ -36,6 +37,11 @@ def test_quick_demo_runs_every_step(cli, tmp_path: Path) -> None:  # type: ignor
         assert abs(rows["eval-single"][key] - rows["eval-onnx"][key]) < 1e-5, key
         assert abs(rows["eval-hydra"][key] - rows["eval-hydra-onnx"][key]) < 1e-5, key
     assert rows["eval-hydra"]["members"] == rows["eval-hydra-onnx"]["members"] == 3
+    # The int8 Hydra passed its drift gate against the float32 Hydra export, and scores alike.
+    int8 = open_artifact(tmp_path / "demo" / "onnx-hydra-int8", expect_kind="onnx")
+    assert int8.manifest.summary["quantization"]["mode"] == "dynamic"
+    assert rows["eval-hydra-int8"]["members"] == 3
+    assert abs(rows["eval-hydra-int8"]["ece"] - rows["eval-hydra-onnx"]["ece"]) <= 0.01
     assert "disagreement" in rows["eval-hydra"]
     assert rows["eval-sve"]["members"] == 4
     assert rows["eval-director"]["members"] == 2
@@ -50,7 +56,7 @@ def test_quick_demo_runs_every_step(cli, tmp_path: Path) -> None:  # type: ignor
     ]
     assert all(n["status"] == "ok" for n in lineage["lineage"])
     again = cli("demo", "--quick", "--out", str(tmp_path / "demo"))
-    assert again.out == result.out and again.err.count("reusing") == 26
+    assert again.out == result.out and again.err.count("reusing") == 28
     pruned = open_artifact(tmp_path / "demo" / "model-pruned").manifest.summary
     assert pruned["heads_after"] == pruned["heads_before"] // 2
     assert rows["eval-pruned"]["parameters"] < rows["eval-single"]["parameters"]

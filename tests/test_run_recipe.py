@@ -459,3 +459,22 @@ def test_gates_on_metrics_the_model_cannot_report_are_refused_before_the_run(
     with pytest.raises(RecipeError) as caught:
         load_recipe(path)
     assert any(needle in p for p in caught.value.problems), caught.value.problems
+
+
+def test_a_recipe_quantizes_an_export_and_evaluates_it(
+    cli: Callable[..., Any], tmp_path: Path
+) -> None:
+    body = (
+        INIT
+        + '[steps.onnx]\nrun = "export"\nmodel = "@init"\n'
+        + '[steps.int8]\nrun = "quantize"\nmodel = "@onnx"\nmode = "dynamic"\n'
+        + 'data = "builtin:digits@test"\nmax_ece_delta = 0.02\n'
+        + '[steps.e]\nrun = "eval"\nmodels = ["@int8"]\ndata = "builtin:digits@test"\n'
+    )
+    report = _report(cli("run", _write(tmp_path, "# x\n" + body), "--json"))
+    steps = report["steps"]
+    assert [s["status"] for s in steps.values()] == ["built"] * 4
+    int8 = Path(steps["int8"]["path"])
+    summary = json.loads((int8 / "manifest.json").read_text())["summary"]
+    assert summary["quantization"]["mode"] == "dynamic" and summary["size_ratio"] < 1
+    assert json.loads((int8 / "drift.json").read_text())["passed"] is True

@@ -29,6 +29,7 @@ from uqcompress.cli import (
     inspect_cmd,
     predict_cmd,
     prune_cmd,
+    quantize_cmd,
     run_cmd,
     score_cmd,
     sve_cmd,
@@ -78,6 +79,7 @@ app.command("svd-ensemble")(sve_cmd.svd_ensemble)
 app.command("distill-director")(director_cmd.distill_director)
 app.command("calibrate")(calibrate_cmd.calibrate)
 app.command("export")(export_cmd.export)
+app.command("quantize")(quantize_cmd.quantize)
 app.command("predict")(predict_cmd.predict)
 app.command("compare")(compare_cmd.compare)
 app.command("run")(run_cmd.run_recipe)

@@ -37,6 +37,11 @@ META_NOISE = "uqc.noise"
 # rule is applied by the Predictor: abstain when the named score exceeds the threshold.
 META_CALIBRATION = "uqc.calibration"
 
+# `uqc quantize`: JSON {"mode": "dynamic"|"static"|"fp16", "weights", "activations",
+# "per_channel", "calibration_method", "calibration_examples", "float32_tail", "excluded"}.
+# Absent in a float32 export. The outputs and their types are the same in every mode.
+META_QUANTIZATION = "uqc.quantization"
+
 FORMAT_VERSION = "1"
 TOKENIZER_FILE = "tokenizer.json"
 ONNX_FILE = "model.onnx"

@@ -476,7 +476,8 @@ def _model_traits(value: Any, by_name: dict[str, Step], depth: int) -> _Traits:
     if step.command == "calibrate":
         inner = _model_traits(source, by_name, depth + 1)
         return _Traits(inner.ensemble, True, "abstain_coverage" in step.values)
-    if step.command == "export":  # an export keeps what its model is, calibration included
+    # an export and its quantized copy keep what their model is, calibration included
+    if step.command in ("export", "quantize"):
         return _model_traits(source, by_name, depth + 1)
     if step.command == "finetune":  # keeps ensembles, drops a calibration
         return _Traits(_model_traits(source, by_name, depth + 1).ensemble, False, False)

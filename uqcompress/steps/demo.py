@@ -5,8 +5,9 @@ the first (HIES, 50% of heads) and fine-tune it; make a Hydra ensemble of it (3 
 share no head, fused, fine-tuned jointly) and export that too; train a Singular Value Ensemble
 of it and distil it into a DIRECTOR student (Hydra and SVE keep the epoch of lowest NLL on
 `digits@val`, the others their last epoch); then evaluate the single ViT, its ONNX export,
-the pruned model, the 3-ViT deep ensemble, the Hydra model (torch and ONNX), the SVE and the
-DIRECTOR student on `digits@test`, with `builtin:photo-patches` as out-of-distribution data.
+the pruned model, the 3-ViT deep ensemble, the Hydra model (torch, ONNX and its dynamic int8
+ONNX, `uqc quantize` behind its drift gate), the SVE and the DIRECTOR student on
+`digits@test`, with `builtin:photo-patches` as out-of-distribution data.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from uqcompress.steps import finetune as finetune_step
 from uqcompress.steps import fuse as fuse_step
 from uqcompress.steps import init as init_step
 from uqcompress.steps import prune as prune_step
+from uqcompress.steps import quantize as quantize_step
 from uqcompress.steps import score as score_step
 from uqcompress.steps import sve as sve_step
 from uqcompress.steps.common import StepResult
@@ -82,6 +84,7 @@ class DemoResult:
     models: list[StepResult]
     onnx: StepResult
     hydra_onnx: StepResult
+    hydra_int8: StepResult  # the Hydra export, dynamic int8 (uqc quantize)
     rows: list[DemoRow]
     comparison: StepResult  # the final table: uqc compare over every row's eval
 
@@ -180,6 +183,16 @@ def run(out: Path, quick: bool, device: str, threads: int, force: bool = False) 
         force,
     )
     hydra, hydra_onnx = _hydra(plan, scores.artifact.path, out, device, threads, force)
+    stderr.print("[bold]Hydra ONNX quantized to int8 (dynamic), behind the drift gate[/bold]")
+    hydra_int8 = _run(
+        "quantize",
+        {"model": hydra_onnx.artifact.path},
+        quantize_step.QuantizeConfig(
+            mode="dynamic", data=TEST, ood=[OOD], device="cpu", threads=threads
+        ),
+        out / "onnx-hydra-int8",
+        force,
+    )
     stderr.print(f"[bold]Singular Value Ensemble of {plan.sve_members}[/bold]")
     sve = _run(
         "svd-ensemble",
@@ -242,6 +255,9 @@ def run(out: Path, quick: bool, device: str, threads: int, force: bool = False) 
         ),
         evaluate("  Hydra (ONNX Runtime)", [hydra_onnx.artifact.path], "eval-hydra-onnx"),
         evaluate(
+            "  Hydra (ONNX Runtime, int8 dynamic)", [hydra_int8.artifact.path], "eval-hydra-int8"
+        ),
+        evaluate(
             f"SVE: {plan.sve_members} members of ViT-{plan.preset}, best of {plan.sve_epochs} "
             "epochs",
             [sve.artifact.path],
@@ -266,6 +282,7 @@ def run(out: Path, quick: bool, device: str, threads: int, force: bool = False) 
         models=models,
         onnx=onnx,
         hydra_onnx=hydra_onnx,
+        hydra_int8=hydra_int8,
         rows=rows,
         comparison=comparison,
     )

@@ -245,7 +245,7 @@ MODEL = (Role("model"),)
 
 def _one(module: Any, inputs: dict[str, Any], cfg: Any, out: Path | None, force: bool) -> Any:
     """A step of one model: finetune, score, svd-ensemble, distill-director, calibrate,
-    export."""
+    export, quantize."""
     return module.run(inputs["model"], cfg, out, force)
 
 
@@ -286,6 +286,7 @@ STEPS: dict[str, Step] = {
         Step("distill-director", "uqcompress.steps.director", "DirectorConfig", MODEL, _one),
         Step("calibrate", "uqcompress.steps.calibrate", "CalibrateConfig", MODEL, _one),
         Step("export", "uqcompress.steps.export", "ExportConfig", MODEL, _one),
+        Step("quantize", "uqcompress.steps.quantize", "QuantizeConfig", MODEL, _one),
         Step(
             "eval",
             "uqcompress.steps.eval",

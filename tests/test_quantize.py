@@ -1,0 +1,230 @@
+"""`uqc quantize`: int8 (dynamic, static QDQ) and float16 copies of ONNX exports that keep the
+export contract and its uncertainty, behind a drift gate against the float32 export."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from tests.conftest import ok
+from uqcompress.artifacts import open_artifact
+from uqcompress.export import contract
+from uqcompress.export.quantize import uncertainty_tail
+from uqcompress.export.runtime import Predictor
+
+TEXT_DATA = "sentiment"  # the sentiment_csv test split
+IMAGE_DATA = "builtin:digits@test"
+
+
+def _hydra_onnx(root: Path, model: Path, data: str | None) -> Path:
+    """A 2-member Hydra (partition pruning of `model`) exported to ONNX."""
+    from uqcompress.steps import export, fuse, prune, score
+
+    scores = score.run(model, score.ScoreConfig(method="l2"), root / "scores")
+    members = prune.run(
+        scores.artifact.path, prune.PruneConfig(members=2, select="partition"), out=root / "m"
+    )
+    hydra = fuse.run([members.artifact.path], fuse.FuseConfig(), root / "hydra")
+    return export.run(
+        hydra.artifact.path, export.ExportConfig(data=data), root / "onnx"
+    ).artifact.path
+
+
+@pytest.fixture(scope="module")
+def exports(
+    tmp_path_factory: pytest.TempPathFactory,
+    bert_onnx: Path,
+    vit_onnx: Path,
+    trained_bert_artifact: Path,
+    briefly_trained_vit: Path,
+    sentiment_csv: dict[str, Path],
+) -> dict[str, tuple[Path, str]]:
+    """name -> (float32 ONNX artifact, gate data): tiny BERT and ViT, single and Hydra M=2."""
+    root = tmp_path_factory.mktemp("quantize-exports")
+    text = str(sentiment_csv["test"])
+    return {
+        "bert": (bert_onnx, text),
+        "vit": (vit_onnx, IMAGE_DATA),
+        "bert-hydra": (_hydra_onnx(root / "bert", trained_bert_artifact, text), text),
+        "vit-hydra": (_hydra_onnx(root / "vit", briefly_trained_vit, IMAGE_DATA), IMAGE_DATA),
+    }
+
+
+def _meta(path: Path) -> dict[str, str]:
+    model = onnx.load(str(path / contract.ONNX_FILE))
+    return {p.key: p.value for p in model.metadata_props}
+
+
+def _probe(predictor: Predictor, data: str) -> dict[str, np.ndarray]:
+    """The contract outputs of a few examples (padded texts or images)."""
+    if predictor.input_kind == "text":
+        texts = ["good great fun", "the movie was really very bad and boring", "dull"]
+        got = predictor.predict_texts(texts)
+    else:
+        pixels = np.random.default_rng(3).uniform(0, 255, size=(3, 1, 8, 8))
+        got = predictor.predict_pixels(pixels.astype(np.float32))
+    return {name: getattr(got, name) for name in contract.OUTPUT_NAMES}
+
+
+# op types that only a quantized (or half-precision) graph holds, per mode
+MARKERS = {
+    "dynamic": {"DynamicQuantizeLinear", "MatMulInteger"},
+    "static": {"QuantizeLinear", "DequantizeLinear"},
+    "fp16": {"Cast"},
+}
+
+
+@pytest.mark.parametrize("mode", ["dynamic", "static", "fp16"])
+@pytest.mark.parametrize("name", ["bert", "vit", "bert-hydra", "vit-hydra"])
+def test_each_mode_keeps_the_contract_and_stays_within_the_gate(
+    cli,  # type: ignore[no-untyped-def]
+    exports: dict[str, tuple[Path, str]],
+    name: str,
+    mode: str,
+) -> None:
+    fp32, data = exports[name]
+    out = Path(ok(cli("quantize", str(fp32), "--mode", mode, "--data", data)))
+    artifact = open_artifact(out, expect_kind="onnx")
+    summary = artifact.manifest.summary
+    assert artifact.manifest.step == "quantize"
+    assert [ref.id for ref in artifact.manifest.inputs] == [open_artifact(fp32).id]  # lineage
+    assert summary["quantization"]["mode"] == mode
+    assert summary["members"] == open_artifact(fp32).manifest.summary["members"]
+    # every uqc.* metadata value kept, the quantization recorded
+    before, after = _meta(fp32), _meta(out)
+    assert {k: v for k, v in after.items() if k != contract.META_QUANTIZATION} == before
+    assert json.loads(after[contract.META_QUANTIZATION])["mode"] == mode
+    assert (out / contract.TOKENIZER_FILE).is_file() == (fp32 / contract.TOKENIZER_FILE).is_file()
+    # the graph is quantized, but its uncertainty tail is the float32 export's, node for node
+    model_fp32 = onnx.load(str(fp32 / contract.ONNX_FILE))
+    graph_fp32, graph = model_fp32.graph, onnx.load(str(out / contract.ONNX_FILE)).graph
+    ops = {n.op_type for n in graph.node}
+    assert MARKERS[mode] <= ops, ops
+    tail = uncertainty_tail(model_fp32)
+    assert {"Softmax", "Log"} <= {n.op_type for n in graph_fp32.node if n.name in tail}
+    by_name = {n.name: n for n in graph.node}
+    produced_by = {o: n for n in graph.node for o in n.output}
+    for node in graph_fp32.node:
+        if node.name in tail:
+            assert by_name[node.name].op_type == node.op_type
+            for tensor in by_name[node.name].input:
+                source = produced_by.get(tensor)
+                assert source is None or source.op_type != "QuantizeLinear"
+    if mode == "fp16":
+        halves = [t for t in graph.initializer if t.data_type == onnx.TensorProto.FLOAT16]
+        assert halves
+    # the Predictor sees the same outputs: names, types, shapes; values close
+    reference, quantized = Predictor(fp32), Predictor(out)
+    assert [o.name for o in quantized.session.get_outputs()] == list(contract.OUTPUT_NAMES)
+    assert [(i.name, i.type) for i in quantized.session.get_inputs()] == [
+        (i.name, i.type) for i in reference.session.get_inputs()
+    ]
+    want, got = _probe(reference, data), _probe(quantized, data)
+    for key in contract.OUTPUT_NAMES:
+        assert got[key].shape == want[key].shape and got[key].dtype == np.float32
+    assert np.allclose(got["probs"].sum(axis=1), 1.0, atol=1e-5)
+    assert np.abs(got["probs"] - want["probs"]).max() < 0.05
+    # the drift gate, recorded
+    drift = json.loads((out / "drift.json").read_text())
+    assert drift["passed"] is True
+    assert drift["agreement"] >= 0.99
+    assert {c["name"] for c in drift["checks"]} >= {"agreement", "ece_delta", "nll_delta"}
+    assert abs(drift["deltas"]["ece"]) <= 0.01 and abs(drift["deltas"]["nll"]) <= 0.02
+    assert summary["drift_max_abs_probs"] == drift["max_abs_diff"]["probs"]
+    assert 0 < summary["size_ratio"] < (1 if mode != "static" else 1.5)
+
+
+def test_dynamic_int8_shrinks_the_file_and_ood_auroc_is_gated(
+    cli,  # type: ignore[no-untyped-def]
+    exports: dict[str, tuple[Path, str]],
+) -> None:
+    fp32, data = exports["vit-hydra"]
+    out = Path(
+        ok(
+            cli(
+                "quantize",
+                str(fp32),
+                "--data",
+                data,
+                "--ood",
+                "builtin:photo-patches",
+                "--per-channel",
+            )
+        )
+    )
+    drift = json.loads((out / "drift.json").read_text())
+    assert "auroc_delta" in {c["name"] for c in drift["checks"]}
+    mi = [k for k in drift["deltas"] if k.endswith(".mi.auroc")]
+    assert mi and all(drift["deltas"][k] >= -0.01 for k in drift["deltas"] if "auroc" in k)
+    assert open_artifact(out).manifest.summary["quantization"]["per_channel"] is True
+
+
+def test_an_impossible_gate_exits_3_and_writes_nothing(
+    cli,  # type: ignore[no-untyped-def]
+    exports: dict[str, tuple[Path, str]],
+    tmp_path: Path,
+    _artifacts_root: Path,
+) -> None:
+    fp32, data = exports["bert"]
+    target = tmp_path / "q"
+    result = cli(
+        "quantize",
+        str(fp32),
+        "--data",
+        data,
+        "--max-nll-delta",
+        "0",
+        "--max-ece-delta",
+        "0",
+        "--out",
+        str(target),
+    )
+    assert result.code == 3, result.err
+    assert result.out == ""
+    assert "drifts from the float32 export" in result.err and "no artifact written" in result.err
+    assert "nll_delta" in result.err
+    assert not target.exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+    assert not _artifacts_root.exists() or not any(_artifacts_root.iterdir())
+
+
+def test_predict_eval_and_verify_take_a_quantized_artifact(
+    cli,  # type: ignore[no-untyped-def]
+    exports: dict[str, tuple[Path, str]],
+) -> None:
+    fp32, data = exports["bert"]
+    out = ok(cli("quantize", str(fp32), "--data", data))
+    assert cli("verify", out).code == 0
+    evaluation = json.loads(ok(cli("eval", out, "--data", data, "--json")))["summary"]
+    baseline = json.loads(ok(cli("eval", str(fp32), "--data", data, "--json")))["summary"]
+    assert evaluation["acc"] == pytest.approx(baseline["acc"], abs=0.03)
+    assert evaluation["ece"] == pytest.approx(baseline["ece"], abs=0.01)
+    rows = [json.loads(line) for line in ok(cli("predict", out, "--data", data)).splitlines()]
+    want = [json.loads(line) for line in ok(cli("predict", str(fp32), "--data", data)).splitlines()]
+    assert len(rows) == len(want) and set(rows[0]) == set(want[0])
+    agree = np.mean([a["label"] == b["label"] for a, b in zip(rows, want, strict=True)])
+    assert agree >= 0.99
+    compared = cli("compare", *[ok(cli("eval", p, "--data", data)) for p in (str(fp32), out)])
+    assert compared.code == 0, compared.err
+
+
+def test_a_calibrated_export_keeps_its_temperature_and_abstention_coverage(
+    cli,  # type: ignore[no-untyped-def]
+    trained_bert_artifact: Path,
+    sentiment_csv: dict[str, Path],
+) -> None:
+    data = str(sentiment_csv["test"])
+    calibrated = ok(
+        cli("calibrate", str(trained_bert_artifact), "--data", data, "--abstain-coverage", "0.8")
+    )
+    exported = ok(cli("export", calibrated, "--data", data))
+    out = Path(ok(cli("quantize", exported, "--data", data)))
+    assert _meta(out)[contract.META_CALIBRATION] == _meta(Path(exported))[contract.META_CALIBRATION]
+    drift = json.loads((out / "drift.json").read_text())
+    assert "coverage_delta" in {c["name"] for c in drift["checks"]}
+    assert abs(drift["deltas"]["coverage"]) <= 0.02
+    assert Predictor(out).calibration is not None

@@ -1,0 +1,317 @@
+"""`uqc quantize`: an int8 (dynamic or static QDQ) or float16 copy of an ONNX export, written
+only when it stays within the drift gate against the float32 export (exit 3 otherwise, and
+nothing is written, as the export parity gate).
+
+The quantized graph keeps the export contract: the same inputs (a sampling model's `noise`
+float32), the same four float32 outputs, computed by the unquantized float32 uncertainty tail
+(`export/quantize.py` says how the tail is found), and every `uqc.*` metadata value, with the
+quantization recorded under `uqc.quantization`. So the Predictor, `predict`, `eval`,
+`compare` and `verify` take the result unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from uqcompress.artifacts import MANIFEST_NAME, ArtifactWriter, OutputPlan, SourceRef
+from uqcompress.errors import ArtifactError, IncompatibleInputError, QualityGateError
+from uqcompress.steps import config as fields
+from uqcompress.steps.common import StepResult, build_or_reuse
+
+MODES = ("dynamic", "static", "fp16")  # export/quantize.py MODES (not imported: no onnx here)
+CALIBRATION_METHODS = ("minmax", "entropy", "percentile")
+DRIFT_FILE = "drift.json"
+# what the float32 export's summary says that stays true of its quantized copy
+KEPT_SUMMARY = (
+    "format",
+    "opset",
+    "members",
+    "aggregation",
+    "parameters",
+    "labels",
+    "input_kind",
+    "calibration",
+    "sve_form",
+)
+
+
+@dataclass(frozen=True)
+class QuantizeConfig:
+    mode: str = "dynamic"
+    # runtime: data spec strings (their content fingerprints are in the id)
+    data: str | None = fields.runtime(None)
+    ood: list[str] = fields.option(
+        kind=list[str], parse=lambda v: list(v or []), is_runtime=True, default_factory=list
+    )
+    per_channel: bool = False
+    exclude: str | None = None
+    calib_size: int = 128
+    calib_method: str = "minmax"
+    min_agreement: float = 0.99
+    max_ece_delta: float = 0.01
+    max_nll_delta: float = 0.02
+    max_auroc_drop: float = 0.01
+    max_coverage_delta: float = 0.02
+    batch_size: int = fields.runtime(64)
+    text_column: str = fields.runtime("text")
+    label_column: str = fields.runtime("label")
+    device: str = fields.device("cpu")
+    threads: int | None = fields.threads()
+
+    def validate(self) -> None:
+        problems = fields.problems(self)
+        if self.mode not in MODES:
+            problems.add(f"unknown --mode {self.mode!r}", hint=f"use one of: {', '.join(MODES)}")
+        if self.data is None:
+            what = (
+                "--mode static calibrates its activation ranges on --data, and the drift gate "
+                "runs on it"
+                if self.mode == "static"
+                else "the drift gate compares the quantized model with the float32 export on --data"
+            )
+            problems.add(
+                f"{what}; no --data given",
+                hint="pass --data (labelled examples the model was built for, e.g. its test set)",
+            )
+        if self.calib_method not in CALIBRATION_METHODS:
+            problems.add(
+                f"unknown --calib-method {self.calib_method!r}",
+                hint=f"use one of: {', '.join(CALIBRATION_METHODS)}",
+            )
+        if self.calib_size < 1:
+            problems.add(
+                f"--calib-size {self.calib_size} must be at least 1", hint="pass --calib-size 128"
+            )
+        if self.batch_size < 1:
+            problems.add(
+                f"--batch-size {self.batch_size} must be at least 1", hint="pass --batch-size 64"
+            )
+        if not 0 <= self.min_agreement <= 1:
+            problems.add(
+                f"--min-agreement {self.min_agreement} must be in [0, 1]",
+                hint="pass --min-agreement 0.99",
+            )
+        for name, value in (
+            ("max_ece_delta", self.max_ece_delta),
+            ("max_nll_delta", self.max_nll_delta),
+            ("max_auroc_drop", self.max_auroc_drop),
+            ("max_coverage_delta", self.max_coverage_delta),
+        ):
+            if value < 0:
+                flag = fields.flag(name)
+                problems.add(
+                    f"{flag} {value} must be 0 or more",
+                    hint=f"pass {flag} {getattr(QuantizeConfig, name):g} (the default)",
+                )
+        if self.exclude is not None:
+            try:
+                re.compile(self.exclude)
+            except re.error as exc:
+                problems.add(
+                    f"--exclude {self.exclude!r} is not a regular expression ({exc})",
+                    hint="pass a Python regular expression over node names, e.g. 'layer\\.0\\.'",
+                )
+        problems.raise_any()
+
+    def bounds(self) -> Any:
+        from uqcompress.export.quantize import Bounds
+
+        return Bounds(
+            min_agreement=self.min_agreement,
+            max_ece_delta=self.max_ece_delta,
+            max_nll_delta=self.max_nll_delta,
+            max_auroc_drop=self.max_auroc_drop,
+            max_coverage_delta=self.max_coverage_delta,
+        )
+
+
+def _open_export(path: Path) -> Any:
+    """The float32 ONNX artifact to quantize; anything else is refused in one line."""
+    from uqcompress.artifacts import open_artifact, read_manifest
+    from uqcompress.export import contract
+
+    export_hint = f"export it first: uqc export {path} --format onnx, then quantize that"
+    if not (path / MANIFEST_NAME).is_file():
+        raise IncompatibleInputError(
+            f"{path} is not an ONNX artifact; uqc quantize works on ONNX exports",
+            hint=export_hint,
+        )
+    kind = read_manifest(path).kind
+    if kind != "onnx":
+        raise IncompatibleInputError(
+            f"{path} is a {kind} artifact, not an ONNX export; uqc quantize works on ONNX graphs",
+            hint=export_hint
+            if kind in ("model", "members", "safetensors")
+            else "pass an artifact written by uqc export --format onnx",
+        )
+    artifact = open_artifact(path, expect_kind="onnx")
+    if contract.ONNX_FILE not in artifact.manifest.files:
+        raise ArtifactError(
+            f"{path} holds no {contract.ONNX_FILE}",
+            hint="pass an artifact written by uqc export --format onnx",
+        )
+    done = artifact.manifest.summary.get("quantization")
+    if done:
+        mode = done.get("mode", "?") if isinstance(done, dict) else "?"
+        parent = next((ref.path for ref in artifact.manifest.inputs if ref.role == "model"), None)
+        where = (
+            f": quantize the float32 export it came from ({(path / parent).resolve()})"
+            if parent
+            else ""
+        )
+        raise IncompatibleInputError(
+            f"{path} is already quantized ({mode}); quantizing twice compounds the error",
+            hint=f"pass the float32 export instead{where}",
+        )
+    return artifact
+
+
+def run(
+    onnx_artifact: Path, cfg: QuantizeConfig, out: Path | None = None, force: bool = False
+) -> StepResult:
+    from uqcompress.data import load_data
+    from uqcompress.data.encoding import check_input_kind
+    from uqcompress.runtime.deps import require_onnxruntime
+    from uqcompress.uq import numerics_tags
+
+    cfg.validate()
+    require_onnxruntime()
+    artifact = _open_export(Path(onnx_artifact))
+    assert cfg.data is not None  # validate() refuses a missing --data
+    summary = artifact.manifest.summary
+    input_kind = str(summary.get("input_kind", ""))
+    data = load_data(cfg.data, cfg.text_column, cfg.label_column, require_labels=False)
+    ood_sets = [
+        load_data(s, cfg.text_column, cfg.label_column, require_labels=False) for s in cfg.ood
+    ]
+    for each in [data, *ood_sets]:
+        check_input_kind(each, input_kind, str(onnx_artifact))
+    config = asdict(cfg)
+    plan = OutputPlan(
+        kind="onnx",
+        step="quantize",
+        config=config,
+        id_config=fields.id_config(cfg, config) | numerics_tags(),
+        inputs=[SourceRef.of("model", artifact)],
+        data=[data.manifest_entry("data")] + [d.manifest_entry(f"ood:{d.name}") for d in ood_sets],
+        device=cfg.device,
+    )
+
+    def build(writer: ArtifactWriter) -> None:
+        _build(artifact, data, ood_sets, cfg, writer)
+
+    return build_or_reuse(plan, out, force, build)
+
+
+def _batches(predictor: Any, data: Any, limit: int | None, size: int) -> list[dict[str, Any]]:
+    """Encoded input batches of the first `limit` examples, preprocessed by the Predictor
+    (as it preprocesses in deployment); a sampling model's noise drawn per batch."""
+    from uqcompress.export import contract
+
+    n = len(data) if limit is None else min(limit, len(data))
+    batches = []
+    for start in range(0, n, size):
+        stop = min(n, start + size)
+        if data.input_kind == "text":
+            batch: dict[str, Any] = predictor.encode_texts(data.texts[start:stop])
+        else:
+            batch = predictor.encode_pixels(data.images[start:stop])
+        if predictor.noise is not None:
+            batch[contract.NOISE_INPUT] = predictor.draw_noise(batch)
+        batches.append(batch)
+    return batches
+
+
+def _build(
+    artifact: Any, data: Any, ood_sets: list[Any], cfg: QuantizeConfig, writer: ArtifactWriter
+) -> None:
+    from uqcompress.data.labels import map_labels
+    from uqcompress.export import contract
+    from uqcompress.export.quantize import CALIBRATION_BATCH, measure_drift, quantize_graph
+    from uqcompress.export.runtime import Predictor
+    from uqcompress.runtime.console import stderr
+
+    source_onnx = artifact.path / contract.ONNX_FILE
+    reference = Predictor(artifact.path, device=cfg.device, threads=cfg.threads)
+    calibration = (
+        _batches(reference, data, cfg.calib_size, CALIBRATION_BATCH)
+        if cfg.mode == "static"
+        else None
+    )
+    target = writer.dir / contract.ONNX_FILE
+    stderr.print(f"[dim]quantizing {artifact.path} ({cfg.mode})...[/dim]")
+    work = writer.dir / ".work"
+    work.mkdir()
+    try:
+        result = quantize_graph(
+            source_onnx,
+            target,
+            cfg.mode,
+            per_channel=cfg.per_channel,
+            exclude=cfg.exclude,
+            calibration=calibration,
+            calibration_method=cfg.calib_method,
+            work_dir=work,
+        )
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    tokenizer = artifact.path / contract.TOKENIZER_FILE
+    if tokenizer.is_file():
+        shutil.copyfile(tokenizer, writer.dir / contract.TOKENIZER_FILE)
+    quantized = Predictor(writer.dir, device=cfg.device, threads=cfg.threads)
+    labels = (
+        map_labels(data, reference.labels, placeholder=False).ids
+        if data.labels is not None
+        else None
+    )
+    drift = measure_drift(
+        reference,
+        quantized,
+        _batches(reference, data, None, cfg.batch_size),
+        labels,
+        {d.name: _batches(reference, d, None, cfg.batch_size) for d in ood_sets},
+        cfg.bounds(),
+    )
+    if not drift.passed:
+        failed = "; ".join(f"{c.name} {c.value:.4g} (needs {c.bound})" for c in drift.failures())
+        raise QualityGateError(
+            f"the {cfg.mode} quantized model drifts from the float32 export: {failed} "
+            f"[{drift.describe()}]; no artifact written",
+            hint="try --per-channel, --mode static or --exclude the layers that drift; loosen "
+            "a bound (--min-agreement, --max-ece-delta, ...) only if that drift is acceptable",
+        )
+    (writer.dir / DRIFT_FILE).write_text(json.dumps(drift.to_dict(), indent=2) + "\n")
+    fp32_bytes = int(source_onnx.stat().st_size)
+    size = int(target.stat().st_size)
+    writer.summary.update(
+        {
+            k: summary_value
+            for k in KEPT_SUMMARY
+            if (summary_value := artifact.manifest.summary.get(k)) is not None
+        }
+    )
+    writer.summary.update(
+        {
+            "quantization": result.record(),
+            "onnx_bytes": size,
+            "fp32_onnx_bytes": fp32_bytes,
+            "size_ratio": round(size / fp32_bytes, 4),
+            "drift_examples": drift.examples,
+            "drift_agreement": drift.agreement,
+            "drift_max_abs_probs": drift.max_abs_diff["probs"],
+            "drift_deltas": drift.deltas,
+        }
+    )
+    for skipped in drift.skipped:
+        writer.warn(f"{skipped} not checked: {data.spec} has no labels")
+    if cfg.mode == "fp16" and cfg.device == "cpu":
+        writer.warn(
+            "float16 is for GPU execution providers; on the CPU ONNX Runtime casts around most "
+            "float16 ops, so it is not expected to be faster than float32 there"
+        )
+    stderr.print(f"[green]drift ok[/green]: {drift.describe()}")
