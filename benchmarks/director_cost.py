@@ -93,6 +93,9 @@ else runs on it; nothing here asserts on them.
 max(--samples) samples run in chunks (the automatic `sample_chunk`, uq/noise.py
 AUTO_CHUNK_TOKENS) and in one pass, next to S times the latency of the same student at S = 1,
 in torch (the Predictor feeds the exported graph slices of the batch the same way).
+`--chunks --demo` does it for the demo-sized students instead of the base shapes: the demo's
+ViT-small (4 layers, hidden 64, 8x8 digits: 17 tokens) and, for text, a BERT-small (4 layers,
+hidden 256) at the sequence length of `--seq-len`.
 """
 
 from __future__ import annotations
@@ -459,6 +462,12 @@ def chunk_runner(
     return run
 
 
+def demo_shapes() -> list[Shape]:
+    """The demo's image teacher (ViT-small on 8x8 digits) and a text teacher of the same
+    4-layer depth (BERT-small)."""
+    return [Shape("ViT-small (demo)", "vit", 10, "small"), Shape("BERT-small", "bert", 2, "small")]
+
+
 def chunk_table(args: argparse.Namespace) -> Table:
     """`--chunks`: what S samples cost next to S times one sample, in torch, with the samples
     run in chunks (`DirectorModel.sample_chunk`, the automatic default) and in one pass.
@@ -471,7 +480,7 @@ def chunk_table(args: argparse.Namespace) -> Table:
 
     samples = max(args.samples)
     rows: list[list[str]] = []
-    for shape in pruning_shapes(args.quick):
+    for shape in demo_shapes() if args.demo else pruning_shapes(args.quick):
         log(f"{shape.name}: building the teacher and the students S=1, S={samples}")
         teacher = shape.build(args.seed)
         tokens = num_tokens(teacher, args.seq_len)
@@ -547,6 +556,9 @@ log = stderr_logger("director_cost")
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smoke run: 2 layers, S 1 and 5")
+    parser.add_argument(
+        "--demo", action="store_true", help="--chunks: the demo-sized students, not base shapes"
+    )
     parser.add_argument("--markdown", action="store_true", help="also print Markdown tables")
     parser.add_argument(
         "--threads",

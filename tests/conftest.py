@@ -17,6 +17,9 @@ os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_VERBOSITY"] = "error"
 os.environ.setdefault("UQC_THREADS", "1")
+# Rich sizes tables to the terminal; tests (and pytest-xdist workers, which have none) get one
+# fixed width, wide enough that no header is cut.
+os.environ["COLUMNS"] = "200"
 
 POSITIVE = ["good", "great", "love", "excellent", "amazing", "wonderful", "best", "fun"]
 NEGATIVE = ["bad", "awful", "terrible", "hate", "worst", "boring", "poor", "dull"]
