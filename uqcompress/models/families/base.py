@@ -57,6 +57,21 @@ def label_fields(labels: list[str]) -> dict[str, Any]:
     }
 
 
+def text_config_values(
+    preset: dict[str, Any], overrides: dict[str, Any], defaults: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Config values of a new text classifier made by `uqc init`: the shipped WordPiece
+    vocabulary and its padding id 0, then the family's `defaults`, the preset's values and
+    the user's `--set` overrides, later ones winning."""
+    from uqcompress.models.tokenizer import shipped_vocab_size
+
+    values: dict[str, Any] = {"vocab_size": shipped_vocab_size(), "pad_token_id": 0}
+    values.update(defaults or {})
+    values.update(preset)
+    values.update(overrides)
+    return values
+
+
 def additive_mask(attention_mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
     """Shape: `[B, T]` 1/0 mask -> additive `[B, 1, 1, T]` (0 where attended, dtype-min where
     not), or None without a mask: what bidirectional families' blocks take."""

@@ -22,6 +22,7 @@ from uqcompress.models.families.base import (
     additive_mask,
     config_head_dim,
     label_fields,
+    text_config_values,
 )
 
 if TYPE_CHECKING:
@@ -64,11 +65,7 @@ class DistilBertFamily(Family):
     ) -> PretrainedConfig:
         from transformers import DistilBertConfig
 
-        from uqcompress.models.tokenizer import shipped_vocab_size
-
-        values: dict[str, Any] = {"vocab_size": shipped_vocab_size(), "pad_token_id": 0}
-        values.update(self.presets[preset])
-        values.update(overrides)
+        values = text_config_values(self.presets[preset], overrides)
         return DistilBertConfig(**label_fields(labels), **values)
 
     def classifier_class(self) -> type[PreTrainedModel]:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from torch import nn
 
-from uqcompress.models.families.base import Layout, label_fields
+from uqcompress.models.families.base import Layout, label_fields, text_config_values
 from uqcompress.models.families.bert import ClassificationHeadFamily
 
 if TYPE_CHECKING:
@@ -90,11 +90,7 @@ class ElectraFamily(ClassificationHeadFamily):
     ) -> PretrainedConfig:
         from transformers import ElectraConfig
 
-        from uqcompress.models.tokenizer import shipped_vocab_size
-
-        values: dict[str, Any] = {"vocab_size": shipped_vocab_size(), "pad_token_id": 0}
-        values.update(self.presets[preset])
-        values.update(overrides)
+        values = text_config_values(self.presets[preset], overrides)
         return ElectraConfig(**label_fields(labels), **values)
 
     def classifier_class(self) -> type[PreTrainedModel]:

@@ -30,6 +30,7 @@ from uqcompress.models.families.base import (
     config_head_dim,
     label_fields,
     last_token_index,
+    text_config_values,
 )
 
 if TYPE_CHECKING:
@@ -123,14 +124,7 @@ class LlamaFamily(Family):
         image_size: int | None = None,
         patch_size: int | None = None,
     ) -> PretrainedConfig:
-        from uqcompress.models.tokenizer import shipped_vocab_size
-
-        # `uqc init` models use the shipped WordPiece vocabulary (padding id 0); the head reads
-        # the last real token, [SEP].
-        values: dict[str, Any] = {"vocab_size": shipped_vocab_size(), "pad_token_id": 0}
-        values.update(self._config_defaults())
-        values.update(self.presets[preset])
-        values.update(overrides)
+        values = text_config_values(self.presets[preset], overrides, self._config_defaults())
         config: PretrainedConfig = self._config_class()(**label_fields(labels), **values)
         return config
 

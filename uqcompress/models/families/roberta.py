@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from uqcompress.models.families.base import Layout, label_fields
+from uqcompress.models.families.base import Layout, label_fields, text_config_values
 from uqcompress.models.families.bert import ClassificationHeadFamily
 
 if TYPE_CHECKING:
@@ -78,13 +78,9 @@ class RobertaFamily(ClassificationHeadFamily):
         image_size: int | None = None,
         patch_size: int | None = None,
     ) -> PretrainedConfig:
-        from uqcompress.models.tokenizer import shipped_vocab_size
-
-        # `uqc init` models use the shipped WordPiece vocabulary, whose padding id is 0
-        # (RoBERTa's own BPE pads with 1): the position offset follows the padding id.
-        values: dict[str, Any] = {"vocab_size": shipped_vocab_size(), "pad_token_id": 0}
-        values.update(self.presets[preset])
-        values.update(overrides)
+        # The shipped WordPiece vocabulary pads with id 0 (RoBERTa's own BPE pads with 1):
+        # the position offset follows the padding id.
+        values = text_config_values(self.presets[preset], overrides)
         config: PretrainedConfig = self._config_class()(**label_fields(labels), **values)
         return config
 
