@@ -27,6 +27,7 @@ from uqcompress.cli import (
     import_cmd,
     init_cmd,
     inspect_cmd,
+    mc_dropout_cmd,
     predict_cmd,
     prune_cmd,
     quantize_cmd,
@@ -77,6 +78,7 @@ app.command("prune")(prune_cmd.prune)
 app.command("fuse")(fuse_cmd.fuse)
 app.command("svd-ensemble")(sve_cmd.svd_ensemble)
 app.command("distill-director")(director_cmd.distill_director)
+app.command("mc-dropout")(mc_dropout_cmd.mc_dropout)
 app.command("calibrate")(calibrate_cmd.calibrate)
 app.command("export")(export_cmd.export)
 app.command("quantize")(quantize_cmd.quantize)

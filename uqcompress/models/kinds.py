@@ -34,6 +34,7 @@ KEPT_HEADS_KEY = "uqc_kept_heads"  # per layer, the ORIGINAL indices of the kept
 HYDRA_KEY = "uqc_hydra"  # the HydraSpec
 SVE_KEY = "uqc_sve"  # the SVESpec
 DIRECTOR_KEY = "uqc_director"  # the DirectorSpec
+MC_DROPOUT_KEY = "uqc_mc_dropout"  # the MCDropoutSpec
 CALIBRATION_KEY = "uqc_calibration"  # `uqc calibrate`'s temperature and abstention rule
 
 
@@ -108,6 +109,12 @@ def _director_skeleton(config: Any, family: Family) -> nn.Module:
     return director_skeleton(config, family)
 
 
+def _mc_dropout_skeleton(config: Any, family: Family) -> nn.Module:
+    from uqcompress.models.mc_dropout_model import mc_dropout_skeleton
+
+    return mc_dropout_skeleton(config, family)
+
+
 def _hydra_summary(loaded: Any) -> dict[str, Any]:
     spec = loaded.model.spec
     return {
@@ -136,6 +143,17 @@ def _sve_summary(loaded: Any) -> dict[str, Any]:
 
 def _director_summary(loaded: Any) -> dict[str, Any]:
     return {"members": loaded.members, "method": "director", "samples": loaded.members}
+
+
+def _mc_dropout_summary(loaded: Any) -> dict[str, Any]:
+    spec = loaded.model.spec
+    return {
+        "members": loaded.members,
+        "method": "mc-dropout",
+        "samples": spec.samples,
+        "rate": spec.rate,
+        "dropout_sites": loaded.model.sites,
+    }
 
 
 PLAIN = ModelKind(
@@ -187,9 +205,21 @@ DIRECTOR = ModelKind(
     summarise=_director_summary,
 )
 
+MC_DROPOUT = ModelKind(
+    name="mc-dropout",
+    key=MC_DROPOUT_KEY,
+    described="an MC Dropout model",
+    noun="MC Dropout model",
+    remake="uqc mc-dropout",
+    skeleton=_mc_dropout_skeleton,
+    ensemble=True,
+    refusal="{step} the base model it was made from",
+    summarise=_mc_dropout_summary,
+)
+
 # In the order they are recognised: ensembles first (one may be made from a pruned model,
 # and then records the kept heads too), plain last (it marks nothing).
-KINDS: tuple[ModelKind, ...] = (HYDRA, SVE, DIRECTOR, PRUNED, PLAIN)
+KINDS: tuple[ModelKind, ...] = (HYDRA, SVE, DIRECTOR, MC_DROPOUT, PRUNED, PLAIN)
 
 
 def kind_summary(loaded: Any) -> dict[str, Any]:

@@ -458,7 +458,7 @@ class _Traits:
 
 
 _UNKNOWN = _Traits(None, None, None)
-_ENSEMBLE_MAKERS = ("fuse", "svd-ensemble", "distill-director")
+_ENSEMBLE_MAKERS = ("fuse", "svd-ensemble", "distill-director", "mc-dropout")
 
 
 def _eval_traits(evaluation: Step, by_name: dict[str, Step]) -> _Traits:

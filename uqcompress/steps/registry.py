@@ -244,8 +244,8 @@ MODEL = (Role("model"),)
 
 
 def _one(module: Any, inputs: dict[str, Any], cfg: Any, out: Path | None, force: bool) -> Any:
-    """A step of one model: finetune, score, svd-ensemble, distill-director, calibrate,
-    export, quantize."""
+    """A step of one model: finetune, score, svd-ensemble, distill-director, mc-dropout,
+    calibrate, export, quantize."""
     return module.run(inputs["model"], cfg, out, force)
 
 
@@ -284,6 +284,7 @@ STEPS: dict[str, Step] = {
         ),
         Step("svd-ensemble", "uqcompress.steps.sve", "SVEConfig", MODEL, _one),
         Step("distill-director", "uqcompress.steps.director", "DirectorConfig", MODEL, _one),
+        Step("mc-dropout", "uqcompress.steps.mc_dropout", "MCDropoutConfig", MODEL, _one),
         Step("calibrate", "uqcompress.steps.calibrate", "CalibrateConfig", MODEL, _one),
         Step("export", "uqcompress.steps.export", "ExportConfig", MODEL, _one),
         Step("quantize", "uqcompress.steps.quantize", "QuantizeConfig", MODEL, _one),
