@@ -303,6 +303,12 @@ def _fuse_bases(tmp: Path, f: dict[str, Path]) -> list[str]:
     return ["fuse", str(_pruned(f["root"], "bert", 0)), str(_pruned(f["root"], "bert", 1))]
 
 
+def _roberta(tmp: Path, f: dict[str, Path]) -> list[str]:
+    path = tmp / "roberta"
+    save_model(create_model("roberta", ["neg", "pos"]), path)
+    return ["mc-dropout", str(path)]
+
+
 def _sve(f: dict[str, Path], *extra: str) -> list[str]:
     return ["svd-ensemble", str(f["bert"]), "--data", str(f["train"]), *extra]
 
@@ -608,6 +614,22 @@ ROWS: dict[str, tuple[Case, str]] = {
     "svd-ensemble --rank too large": (
         lambda t, f: _sve(f, "--rank", "64"),
         "--rank 64 is larger than",
+    ),
+    "mc-dropout --samples 0": (
+        lambda t, f: ["mc-dropout", str(f["bert"]), "--samples", "0"],
+        "--samples 0 must be at least 1",
+    ),
+    "mc-dropout --rate outside [0, 1)": (
+        lambda t, f: ["mc-dropout", str(f["bert"]), "--rate", "1"],
+        "--rate 1.0 is outside [0, 1)",
+    ),
+    "mc-dropout of a model trained without dropout": (
+        lambda t, f: ["mc-dropout", str(f["vit"])],
+        "has hidden_dropout_prob 0 (it trained without dropout)",
+    ),
+    "mc-dropout of an unsupported family": (
+        _roberta,
+        "is a roberta model; MC Dropout supports the bert and vit families",
     ),
     "lambda-std without mse": (
         lambda t, f: [

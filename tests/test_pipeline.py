@@ -27,6 +27,7 @@ def test_quick_demo_runs_every_step(cli, tmp_path: Path) -> None:  # type: ignor
             "eval-hydra-int8",
             "eval-sve",
             "eval-director",
+            "eval-mc-dropout",
         )
     }
     assert all(r["examples"] == 360 for r in rows.values())
@@ -45,6 +46,7 @@ def test_quick_demo_runs_every_step(cli, tmp_path: Path) -> None:  # type: ignor
     assert "disagreement" in rows["eval-hydra"]
     assert rows["eval-sve"]["members"] == 4
     assert rows["eval-director"]["members"] == 2
+    assert rows["eval-mc-dropout"]["members"] == 2 and "disagreement" in rows["eval-mc-dropout"]
     table = json.loads((tmp_path / "demo" / "compare" / "comparison.json").read_text())
     assert len(table["rows"]) == len(rows) and table["rows"][0]["latency_ratio"] == 1.0
     lineage = json.loads(cli("inspect", str(tmp_path / "demo" / "eval-onnx"), "--json").out)
@@ -56,7 +58,7 @@ def test_quick_demo_runs_every_step(cli, tmp_path: Path) -> None:  # type: ignor
     ]
     assert all(n["status"] == "ok" for n in lineage["lineage"])
     again = cli("demo", "--quick", "--out", str(tmp_path / "demo"))
-    assert again.out == result.out and again.err.count("reusing") == 28
+    assert again.out == result.out and again.err.count("reusing") == 30
     pruned = open_artifact(tmp_path / "demo" / "model-pruned").manifest.summary
     assert pruned["heads_after"] == pruned["heads_before"] // 2
     assert rows["eval-pruned"]["parameters"] < rows["eval-single"]["parameters"]

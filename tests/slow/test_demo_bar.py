@@ -25,3 +25,5 @@ def test_full_demo_meets_its_bar(cli, tmp_path: Path) -> None:  # type: ignore[n
     assert sve["members"] == 4 and sve["acc"] >= 0.95
     student = open_artifact(tmp_path / "demo" / "eval-director").manifest.summary
     assert student["members"] == 10 and student["acc"] >= 0.9
+    mc_dropout = open_artifact(tmp_path / "demo" / "eval-mc-dropout").manifest.summary
+    assert mc_dropout["members"] == 10 and mc_dropout["acc"] >= 0.9

@@ -6,8 +6,9 @@ share no head, fused, fine-tuned jointly) and export that too; train a Singular 
 of it and distil it into a DIRECTOR student (Hydra and SVE keep the epoch of lowest NLL on
 `digits@val`, the others their last epoch); then evaluate the single ViT, its ONNX export,
 the pruned model, the 3-ViT deep ensemble, the Hydra model (torch, ONNX and its dynamic int8
-ONNX, `uqc quantize` behind its drift gate), the SVE and the DIRECTOR student on
-`digits@test`, with `builtin:photo-patches` as out-of-distribution data.
+ONNX, `uqc quantize` behind its drift gate), the SVE, the DIRECTOR student and the MC Dropout
+baseline (the first ViT, 10 dropout samples) on `digits@test`, with `builtin:photo-patches`
+as out-of-distribution data.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from uqcompress.steps import export as export_step
 from uqcompress.steps import finetune as finetune_step
 from uqcompress.steps import fuse as fuse_step
 from uqcompress.steps import init as init_step
+from uqcompress.steps import mc_dropout as mc_dropout_step
 from uqcompress.steps import prune as prune_step
 from uqcompress.steps import quantize as quantize_step
 from uqcompress.steps import score as score_step
@@ -53,6 +55,8 @@ class DemoPlan:
     director_epochs: int = 30
     director_lr: float = 2e-3
     director_samples: int = 10
+    mc_dropout_samples: int = 10
+    mc_dropout_rate: float | None = None  # None: the ViT's own hidden_dropout_prob
 
 
 # Full: ViT-small (4 layers, 4 heads, hidden 64, 2x2 patches of the 8x8 digit = 16 tokens).
@@ -69,6 +73,8 @@ QUICK = DemoPlan(
     sve_epochs=1,
     director_epochs=1,
     director_samples=2,
+    mc_dropout_samples=2,
+    mc_dropout_rate=0.1,  # the tiny ViT trains without dropout
 )
 
 
@@ -232,6 +238,7 @@ def run(out: Path, quick: bool, device: str, threads: int, force: bool = False) 
         out / "model-director",
         force,
     )
+    mc_dropout = _mc_dropout(plan, models[0].artifact.path, out, device, threads, force)
     share = f"{plan.prune_ratio:.0%} heads pruned"
     rows = [
         evaluate(f"ViT-{plan.preset} (torch)", [models[0].artifact.path], "eval-single"),
@@ -269,6 +276,12 @@ def run(out: Path, quick: bool, device: str, threads: int, force: bool = False) 
             [student.artifact.path],
             "eval-director",
         ),
+        evaluate(
+            f"MC Dropout: ViT-{plan.preset}, {plan.mc_dropout_samples} samples, p "
+            f"{mc_dropout.artifact.manifest.config['rate']:g}",
+            [mc_dropout.artifact.path],
+            "eval-mc-dropout",
+        ),
     ]
     comparison = _run(
         "compare",
@@ -285,6 +298,27 @@ def run(out: Path, quick: bool, device: str, threads: int, force: bool = False) 
         hydra_int8=hydra_int8,
         rows=rows,
         comparison=comparison,
+    )
+
+
+def _mc_dropout(
+    plan: DemoPlan, model: Path, out: Path, device: str, threads: int, force: bool
+) -> StepResult:
+    """The MC Dropout baseline: the first ViT, dropout on at inference, S samples."""
+    from uqcompress.runtime.console import stderr
+
+    stderr.print("[bold]MC Dropout: the first ViT with dropout kept on at inference[/bold]")
+    return _run(
+        "mc-dropout",
+        {"model": model},
+        mc_dropout_step.MCDropoutConfig(
+            samples=plan.mc_dropout_samples,
+            rate=plan.mc_dropout_rate,
+            device=device,
+            threads=threads,
+        ),
+        out / "model-mc-dropout",
+        force,
     )
 
 
