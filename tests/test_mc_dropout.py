@@ -103,23 +103,44 @@ def test_own_masks_are_the_predictors_draws_thresholded(make: Any) -> None:
     torch.testing.assert_close(own, fed, atol=1e-5, rtol=0)
 
 
+RECIPE = Path(__file__).parent.parent / "recipes" / "mc-dropout-vit-digits.toml"
+
+
 @pytest.fixture(scope="module")
 def mc_vit(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """A tiny ViT, its MC Dropout model (rate 0.2: the tiny preset trains without dropout)
-    and the ONNX export of that."""
-    from uqcompress.steps import export, init, mc_dropout
+    """The shipped recipe in its quick form: a tiny ViT (1 epoch; the tiny preset trains
+    without dropout, so rate 0.2 is given), its MC Dropout model of 4 samples, the ONNX export
+    of that and its eval."""
+    import contextlib
+    import io
+
+    from uqcompress.cli.app import run
 
     root = tmp_path_factory.mktemp("mcdropout")
-    base = init.run(
-        init.InitConfig(family="vit", labels=[str(d) for d in range(10)]), root / "init"
-    ).artifact.path
-    model = mc_dropout.run(
-        base, mc_dropout.MCDropoutConfig(samples=4, rate=0.2), root / "mcd"
-    ).artifact.path
-    onnx = export.run(
-        model, export.ExportConfig(data="builtin:digits@test"), root / "onnx"
-    ).artifact.path
-    return {"base": base, "model": model, "onnx": onnx}
+    overrides = [
+        "vars.preset=tiny",
+        "vars.epochs=1",
+        "steps.mc_dropout.samples=4",
+        "steps.mc_dropout.rate=0.2",
+        "gate.acc=>= 0",
+    ]
+    args = ["run", str(RECIPE), "--json", "--artifacts", str(root / "artifacts")]
+    args += [a for item in overrides for a in ("--set", item)]
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+        assert run(args) == 0
+    report = json.loads(stdout.getvalue())
+    assert report["gate"]["passed"] and report["gate"]["step"] == "eval"
+    steps = report["steps"]
+    return {
+        name: Path(steps[step]["path"])
+        for name, step in (
+            ("base", "base"),
+            ("model", "mc_dropout"),
+            ("onnx", "onnx"),
+            ("eval", "eval"),
+        )
+    }
 
 
 def test_export_takes_the_draws_and_matches_torch(mc_vit: dict[str, Path]) -> None:
@@ -155,9 +176,7 @@ def test_cli_writes_an_ensemble_that_eval_and_export_take(cli, mc_vit: dict[str,
     torch_eval = json.loads(
         ok(cli("eval", str(mc_vit["model"]), "--data", "builtin:digits@test", "--json"))
     )["summary"]
-    onnx_eval = json.loads(
-        ok(cli("eval", str(mc_vit["onnx"]), "--data", "builtin:digits@test", "--json"))
-    )["summary"]
+    onnx_eval = open_artifact(mc_vit["eval"], expect_kind="eval").manifest.summary
     assert torch_eval["members"] == 4 and torch_eval["disagreement"] > 0
     assert torch_eval["mi"] > 0  # the samples disagree: mutual information is not 0
     # the Predictor draws each example's masks as torch does: the same metrics
