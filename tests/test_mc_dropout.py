@@ -182,6 +182,10 @@ def test_cli_writes_an_ensemble_that_eval_and_export_take(cli, mc_vit: dict[str,
     # the Predictor draws each example's masks as torch does: the same metrics
     assert abs(torch_eval["nll"] - onnx_eval["nll"]) < 1e-5
     assert torch_eval["acc"] == onnx_eval["acc"]
+    fewer = cli(
+        "eval", str(mc_vit["model"]), "--data", "builtin:digits@test", "--samples", "2", "--json"
+    )
+    assert json.loads(ok(fewer))["summary"]["members"] == 2  # eval --samples, as DIRECTOR
 
 
 def test_cli_default_rate_is_the_models_own(cli, tiny_bert_artifact: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -44,7 +44,7 @@ def evaluate(
         int | None,
         typer.Option(
             "--samples",
-            help="DIRECTOR students: sampled roll-outs per input (default: the stored S).",
+            help="DIRECTOR students, MC Dropout models: samples per input (default: the stored S).",
             show_default=False,
         ),
     ] = None,
@@ -52,7 +52,8 @@ def evaluate(
         int | None,
         typer.Option(
             "--sample-chunk",
-            help="DIRECTOR students: samples run per pass (memory and speed only, the same "
+            help="DIRECTOR students, MC Dropout models: samples run per pass (memory and "
+            "speed only, the same "
             "result). Default: as many as fit 16384 tokens (sequences x length) per pass.",
             show_default=False,
         ),

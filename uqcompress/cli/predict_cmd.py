@@ -35,7 +35,8 @@ def predict(
         int | None,
         typer.Option(
             "--sample-chunk",
-            help="DIRECTOR students: samples run per pass (memory and speed only, the same "
+            help="DIRECTOR students, MC Dropout models: samples run per pass (memory and "
+            "speed only, the same "
             "result). Default: as many as fit 16384 tokens (sequences x length) per pass.",
             show_default=False,
         ),

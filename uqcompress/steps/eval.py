@@ -28,8 +28,8 @@ class EvalConfig:
         kind=list[str], parse=lambda v: list(v or []), is_runtime=True, default_factory=list
     )
     gate: str | None = None
-    samples: int | None = None  # DIRECTOR students: roll-outs per input (default: stored S)
-    # DIRECTOR students: samples per pass (None: sized to memory); memory and speed only
+    samples: int | None = None  # DIRECTOR, MC Dropout: samples per input (default: stored S)
+    # DIRECTOR, MC Dropout: samples per pass (None: sized to memory); memory and speed only
     sample_chunk: int | None = fields.runtime(None)
     batch_size: int = fields.runtime(64)
     max_length: int | None = None
@@ -75,7 +75,7 @@ def run(
         )
     members = sum(m for _, m in peeked)
     if cfg.samples is not None and len(peeked) == 1:
-        members = cfg.samples  # a DIRECTOR student evaluated with another S
+        members = cfg.samples  # a DIRECTOR or MC Dropout model evaluated with another S
     data = load_data(cfg.data, cfg.text_column, cfg.label_column)
     ood_sets = [
         load_data(s, cfg.text_column, cfg.label_column, require_labels=False) for s in cfg.ood

@@ -201,18 +201,29 @@ class MembersSource(PredictionSource):
 
 
 def _set_samples(loaded: object, samples: int, path: Path) -> None:
-    """`eval --samples`: the roll-outs of a DIRECTOR student."""
+    """`eval --samples`: the roll-outs of a DIRECTOR student, the dropout samples of an MC
+    Dropout model."""
     from uqcompress.errors import ConfigError
-    from uqcompress.models.director_model import DirectorModel, with_samples
+    from uqcompress.models.director_model import DirectorModel
+    from uqcompress.models.director_model import with_samples as director_samples
+    from uqcompress.models.kinds import DIRECTOR_KEY, MC_DROPOUT_KEY
+    from uqcompress.models.mc_dropout_model import MCDropoutModel
+    from uqcompress.models.mc_dropout_model import with_samples as dropout_samples
 
     model = getattr(loaded, "model", None)
-    if not isinstance(model, DirectorModel):
+    config = getattr(loaded, "config", None)
+    if isinstance(model, DirectorModel):
+        director_samples(model, samples)
+        key = DIRECTOR_KEY
+    elif isinstance(model, MCDropoutModel):
+        dropout_samples(model, samples)
+        key = MC_DROPOUT_KEY
+    else:
         raise ConfigError(
-            f"--samples applies to DIRECTOR students; {path} is not one",
+            f"--samples applies to DIRECTOR students and MC Dropout models; {path} is neither",
             hint="drop --samples",
         )
-    with_samples(model, samples)
-    loaded.config.uqc_director = {**loaded.config.uqc_director, "members": samples}  # type: ignore[attr-defined]
+    setattr(config, key, {**getattr(config, key), "members": samples, "samples": samples})
 
 
 def open_source(
@@ -230,9 +241,9 @@ def open_source(
     kind = read_manifest(path).kind if (path / MANIFEST_NAME).is_file() else None
     if samples is not None and kind in ("onnx", "members"):
         raise ConfigError(
-            f"--samples applies to DIRECTOR students in torch; {path} is a {kind} artifact "
-            "(an exported graph has its sample count fixed)",
-            hint="drop --samples, or export the student after choosing its samples",
+            f"--samples applies to DIRECTOR students and MC Dropout models in torch; {path} "
+            f"is a {kind} artifact (an exported graph has its sample count fixed)",
+            hint="drop --samples, or export the model after choosing its samples",
         )
     if kind == "onnx":
         return OnnxSource(path, role, device, threads, sample_chunk)
