@@ -215,3 +215,21 @@ def test_quantized_export_keeps_the_draws_float(mc_vit: dict[str, Path], tmp_pat
     noise = next(i for i in graph.input if i.name == contract.NOISE_INPUT)
     assert noise.type.tensor_type.elem_type == onnx.TensorProto.FLOAT
     assert result.artifact.manifest.summary["members"] == 4
+
+
+def test_training_mode_draws_fresh_masks_with_the_base_dropout_off() -> None:
+    """Fine-tuning an MC Dropout model (uqc finetune takes it like any ensemble) trains
+    with fresh masks at its own sites only: the base model's dropout modules stay off."""
+    base = tiny_vit()
+    model = build_mc_dropout(base, 2, 0.3, 0).model
+    batch = _batch(base)
+    model.train()
+    assert not any(m.training for m in model.inner.modules())
+    with torch.no_grad():
+        first = model(**batch).member_logits
+        second = model(**batch).member_logits
+    assert float((first - second).abs().max()) > 1e-3
+    model.eval()
+    with torch.inference_mode():
+        again = model(**batch).member_logits
+        torch.testing.assert_close(model(**batch).member_logits, again, atol=0, rtol=0)
