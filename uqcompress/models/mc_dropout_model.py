@@ -141,8 +141,7 @@ class MCDropoutModel(nn.Module):
     @property
     def sites(self) -> int:
         """K: dropout sites (embeddings, 2 per block, the classifier's where it has one)."""
-        layers = len(self.family.blocks(self.inner))
-        return 1 + 2 * layers + int(CLASSIFIER_DROPOUT[self.family.name])
+        return len(self._site_modules())
 
     def image_tokens(self) -> int | None:
         """Tokens of an image model (patches + CLS); None for text (it varies)."""
