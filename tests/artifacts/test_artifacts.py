@@ -87,6 +87,33 @@ def test_same_id_is_reused_and_different_id_refused(tmp_path: Path) -> None:
     assert not (dest / "data.txt").exists()
 
 
+def test_replacing_other_artifacts_rebuilds_stale_ones_and_reuses_the_same(
+    tmp_path: Path,
+) -> None:
+    """`uqc demo` owns its folder: a different artifact there is replaced, the same reused,
+    and a folder that is not an artifact is still refused."""
+    from uqcompress.artifacts.writer import replacing_other_artifacts
+
+    dest = tmp_path / "a"
+    _write(dest, _plan(1))
+    with replacing_other_artifacts():
+        _, same = resolve_destination(_plan(1), dest, force=False)
+        assert same is not None and same.id == _plan(1).id
+        target, none = resolve_destination(_plan(2), dest, force=False)
+        assert none is None
+        with ArtifactWriter(target, _plan(2)) as writer:
+            (writer.dir / "new.txt").write_text("new")
+        precious = tmp_path / "precious"
+        precious.mkdir()
+        (precious / "thesis.txt").write_text("years of work")
+        with pytest.raises(ArtifactError, match="already holds files that are not"):
+            resolve_destination(_plan(3), precious, force=False)
+    assert open_artifact(dest).id == _plan(2).id
+    assert (precious / "thesis.txt").read_text() == "years of work"
+    with pytest.raises(ArtifactError, match="already holds a different eval artifact"):
+        resolve_destination(_plan(1), dest, force=False)  # outside the block: refused again
+
+
 def test_default_location_is_kind_and_id_prefix(tmp_path: Path, _artifacts_root: Path) -> None:
     dest, existing = resolve_destination(_plan(3), None, force=False)
     assert existing is None

@@ -68,6 +68,25 @@ def artifacts_root(root: Path | None) -> Iterator[None]:
         _ROOT.reset(token)
 
 
+_REPLACE_OTHERS: ContextVar[bool] = ContextVar("uqc_replace_other_artifacts", default=False)
+
+
+@contextmanager
+def replacing_other_artifacts() -> Iterator[None]:
+    """Within this block, a destination that holds a different (or damaged) uqc artifact is
+    replaced as `--force` would replace it, while one with the same id is still reused.
+
+    For a command that owns its output folder (`uqc demo`): re-run after an upgrade that
+    changed a step's defaults, it rebuilds what changed instead of stopping at the first
+    stale artifact. Anything that is not a uqc artifact holding only its own files is still
+    refused."""
+    token = _REPLACE_OTHERS.set(True)
+    try:
+        yield
+    finally:
+        _REPLACE_OTHERS.reset(token)
+
+
 @dataclass(frozen=True)
 class SourceRef:
     """An input as a step sees it: an absolute location plus the identity it had when read."""
@@ -205,6 +224,9 @@ def resolve_destination(
             pass  # damaged: fall through to the refusal below, which names --force
     if existing is None and not any(dest.iterdir()):
         return dest, None  # an empty directory holds nothing to lose
+    if existing is not None and _REPLACE_OTHERS.get():
+        refuse_unless_replaceable(dest)
+        return dest, None
     if existing is None:
         what = "files that are not this artifact"
     elif existing.id == plan.id and existing.kind == plan.kind:
@@ -251,7 +273,8 @@ class ArtifactWriter:
     ) -> None:
         self.dest = Path(dest)
         self.plan = plan
-        self.force = force
+        # Within `replacing_other_artifacts` an artifact already at dest is replaced too.
+        self.force = force or _REPLACE_OTHERS.get()
         # discard: compute everything, install nothing (non-zero ranks of a multi-process run)
         self.discard = discard
         self.summary: dict[str, Any] = {}

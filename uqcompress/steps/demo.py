@@ -100,8 +100,13 @@ class DemoResult:
 
 
 def _run(name: str, inputs: dict[str, Any], cfg: Any, out: Path, force: bool) -> StepResult:
-    """One step of the demo, run as `uqc NAME` and `uqc run` run it."""
-    return step(name).run(inputs, cfg, out, force)
+    """One step of the demo, run as `uqc NAME` and `uqc run` run it. The demo owns its
+    folder: an artifact there from an earlier version (another id, e.g. a changed default)
+    is rebuilt in place; one with the same id is reused."""
+    from uqcompress.artifacts.writer import replacing_other_artifacts
+
+    with replacing_other_artifacts():
+        return step(name).run(inputs, cfg, out, force)
 
 
 def run(out: Path, quick: bool, device: str, threads: int, force: bool = False) -> DemoResult:
