@@ -12,7 +12,7 @@ import torch
 
 from uqcompress.methods.director import build_student
 from uqcompress.models.factory import create_model
-from uqcompress.uq.noise import AUTO_CHUNK_TOKENS, examples_per_pass
+from uqcompress.uq.noise import AUTO_CHUNK_ROWS, AUTO_CHUNK_TOKENS, examples_per_pass
 
 TOL = 1e-6
 
@@ -67,12 +67,15 @@ def test_the_automatic_chunk_is_sized_to_the_tokens(student: Any) -> None:
     assert student.chunk_samples(batch=1, tokens=12) == 5  # small: all samples at once
     assert student.chunk_samples(batch=64, tokens=128) == AUTO_CHUNK_TOKENS // (64 * 128)
     assert student.chunk_samples(batch=512, tokens=512) == 1  # at least one
+    # short sequences (an image student's 17 tokens): capped by sequences, not tokens
+    assert student.chunk_samples(batch=64, tokens=17) == AUTO_CHUNK_ROWS // 64 == 4
     student.sample_chunk = 2
     assert student.chunk_samples(batch=512, tokens=512) == 2
     student.sample_chunk = None
     assert examples_per_pass(64, 10, 128) == AUTO_CHUNK_TOKENS // 128 // 10
     assert examples_per_pass(64, 10, 128, sample_chunk=2) == 12  # about 2 x 64 sequences
     assert examples_per_pass(1, 10, 4096) == 1
+    assert examples_per_pass(64, 10, 17) == AUTO_CHUNK_ROWS // 10 == 25
 
 
 def test_the_predictor_feeds_chunks_with_the_same_result(

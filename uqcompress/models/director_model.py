@@ -340,13 +340,15 @@ class DirectorModel(nn.Module):
 
     def chunk_samples(self, batch: int, tokens: int) -> int:
         """Samples per pass: `sample_chunk` if set, else as many as keep one pass within
-        `AUTO_CHUNK_TOKENS` tokens (sequences x length), at least 1, at most S."""
-        from uqcompress.uq.noise import AUTO_CHUNK_TOKENS
+        `AUTO_CHUNK_TOKENS` tokens (sequences x length) and `AUTO_CHUNK_ROWS` sequences, at
+        least 1, at most S."""
+        from uqcompress.uq.noise import AUTO_CHUNK_ROWS, AUTO_CHUNK_TOKENS
 
         samples = self.spec.samples
         if self.sample_chunk is not None:
             return max(1, min(samples, self.sample_chunk))
-        return max(1, min(samples, AUTO_CHUNK_TOKENS // max(1, batch * tokens)))
+        rows = min(AUTO_CHUNK_ROWS, AUTO_CHUNK_TOKENS // max(1, tokens))
+        return max(1, min(samples, rows // max(1, batch)))
 
     def forward(self, noise: torch.Tensor | None = None, **inputs: Any) -> MemberOutput:
         inputs = {k: v for k, v in inputs.items() if k != "labels"}

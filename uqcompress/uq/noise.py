@@ -27,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
+    "AUTO_CHUNK_ROWS",
     "AUTO_CHUNK_TOKENS",
     "NOISE_SCHEME",
     "ExampleNoise",
@@ -40,6 +41,11 @@ NOISE_SCHEME = "example-pcg64-v1"
 # tokens run 2 at a time, one text's S = 10 samples all at once. Torch (models/director_model)
 # and the ONNX Predictor share it.
 AUTO_CHUNK_TOKENS = 16384
+# ... and at most this many sampled sequences, whatever their length: short sequences (an
+# image student's 17 tokens) would otherwise fold all S x 64 = 640 into one pass, and on CPU
+# 256 ran faster (S = 10 of a batch of 64 demo images: 4 samples per pass 0.62x of ten
+# single-sample passes, all 10 at once 0.77x; benchmarks/director_cost.py --chunks --demo).
+AUTO_CHUNK_ROWS = 256
 
 
 def examples_per_pass(
@@ -47,11 +53,11 @@ def examples_per_pass(
 ) -> int:
     """How many of a batch's examples one pass of a graph that runs all S samples of each
     may take: about `sample_chunk` x `batch` sampled sequences (default: within
-    AUTO_CHUNK_TOKENS tokens), at least 1, at most `batch`."""
+    AUTO_CHUNK_TOKENS tokens and AUTO_CHUNK_ROWS sequences), at least 1, at most `batch`."""
     if sample_chunk is not None:
         rows = max(1, sample_chunk) * batch
     else:
-        rows = AUTO_CHUNK_TOKENS // max(1, tokens)
+        rows = min(AUTO_CHUNK_ROWS, AUTO_CHUNK_TOKENS // max(1, tokens))
     return max(1, min(batch, rows // max(1, samples)))
 
 
