@@ -53,6 +53,8 @@ class TrainConfig:
     checkpoint_every: int | None = None  # optimizer steps between resumable checkpoints
     resume: bool = False
     has_val: bool = False  # validation data was given (select_best needs it)
+    augment: str = "none"  # --augment: none or light (image training data only)
+    workers: int = 0  # --workers: data-loader worker processes
 
     @classmethod
     def of(cls, step_config: Any) -> TrainConfig:
@@ -73,6 +75,8 @@ class TrainConfig:
             "schedule",
             "checkpoint_every",
             "resume",
+            "augment",
+            "workers",
         )
         values = {n: getattr(step_config, n) for n in names if hasattr(step_config, n)}
         has_val = getattr(step_config, "val", None) is not None
@@ -139,6 +143,12 @@ class TrainConfig:
                     + ("(--select-best none)" if self.has_val else "(no --val)"),
                     hint="pass --val DATA (it selects nll by default) or --select-best METRIC",
                 )
+        from uqcompress.data.images import AUGMENTS
+
+        if self.augment not in AUGMENTS:
+            problems.add(
+                f"unknown --augment {self.augment!r}", hint=f"use one of: {', '.join(AUGMENTS)}"
+            )
         if self.grad_accum < 1:
             problems.add(
                 f"--grad-accum {self.grad_accum} must be at least 1",
@@ -689,7 +699,9 @@ def fine_tune(
         )
     if transform is not None:
         loaded = transform(loaded)
-    encoded = encode(train_data, loaded, mapping.ids, max_length)
+    encoded = encode(
+        train_data, loaded, mapping.ids, max_length, augment=cfg.augment, workers=cfg.workers
+    )
     if encoded.truncated:
         notes["truncated"] = encoded.truncated
         warnings.append(f"{encoded.truncated} training texts were truncated to the max length")
@@ -698,7 +710,7 @@ def fine_tune(
     validate: Any = None
     if val_data is not None:
         val_ids = map_labels(val_data, loaded.labels, placeholder=False).ids
-        val_encoded = encode(val_data, loaded, val_ids, max_length)
+        val_encoded = encode(val_data, loaded, val_ids, max_length, workers=cfg.workers)
 
         def validate(model: Any) -> dict[str, float]:
             logits = predict_logits(model, val_encoded, device=cfg.device).member_logits
