@@ -190,6 +190,8 @@ class TrainResult:
     history: list[dict[str, Any]] = field(default_factory=list)
     steps: int = 0  # optimizer steps
     seconds: float = 0.0
+    # of `seconds`, the time the loop waited for the data loader's next batch
+    data_wait_seconds: float = 0.0
     best_epoch: int | None = None  # 1-based; the weights kept (with select_best)
     stopped_early: bool = False  # --patience ended the run
     resumed_from_step: int | None = None
@@ -406,7 +408,7 @@ def train(
                 generator.set_state(loop.epoch_generator)  # replay this epoch's order
             skip, loop.position, loop.epoch = loop.position, 0, epoch
             model.train()
-            for i, batch in enumerate(loader):
+            for i, batch in enumerate(_timed(loader, result)):
                 if i < skip:
                     continue  # done before the checkpoint this run resumed from
                 if result.steps >= total:
@@ -726,6 +728,20 @@ def fine_tune(
     )
     loaded.model.to("cpu")
     return FineTuned(loaded=loaded, result=result, notes=notes, warnings=warnings)
+
+
+def _timed(loader: Any, result: TrainResult) -> Iterator[Any]:
+    """The loader's batches, adding the time spent waiting for each to `result`."""
+    iterator = iter(loader)
+    while True:
+        start = time.perf_counter()
+        try:
+            batch = next(iterator)
+        except StopIteration:
+            result.data_wait_seconds += time.perf_counter() - start
+            return
+        result.data_wait_seconds += time.perf_counter() - start
+        yield batch
 
 
 def validation_metrics(member_logits: Any, labels: Any) -> dict[str, float]:

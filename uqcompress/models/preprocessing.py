@@ -197,8 +197,13 @@ class ImagePreprocessing:
             raise DataError(f"expected images as [N, C, H, W], got shape {pixels.shape}")
         mean = np.asarray(self.image_mean, dtype=np.float32).reshape(1, -1, 1, 1)
         std = np.asarray(self.image_std, dtype=np.float32).reshape(1, -1, 1, 1)
-        scaled = pixels.astype(np.float32) * np.float32(self.rescale_factor)
-        return ((scaled - mean) / std).astype(np.float32)
+        # In place on one float32 copy (a batch of 224 px images is 600 KB per image): the
+        # same float32 operations, in the same order, as the Predictor's.
+        out = np.array(pixels, dtype=np.float32, copy=True)
+        out *= np.float32(self.rescale_factor)
+        out -= mean
+        out /= std
+        return out
 
     def apply(self, images: list[Any]) -> npt.NDArray[np.float32]:
         """The model's input for a batch of images: `resize`, then `normalise`.
