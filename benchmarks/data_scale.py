@@ -17,7 +17,7 @@ the training loop's time spent waiting for the next batch (`data_wait_seconds` /
 what else runs on it.
 
     .venv/bin/python benchmarks/data_scale.py [--quick] [--markdown] [--images 20000]
-        [--rows 200000] [--workers 2] [--keep DIR]
+        [--rows 200000] [--workers 2] [--keep DIR [--generate-only]]
 """
 
 from __future__ import annotations
@@ -210,6 +210,9 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--keep", type=Path, help="generate into (or reuse) this folder")
     parser.add_argument("--skip-text", action="store_true", help="images only")
+    parser.add_argument(
+        "--generate-only", action="store_true", help="write the data into --keep and stop"
+    )
     args = parser.parse_args()
     if args.images is None:
         args.images = 400 if args.quick else 20_000
@@ -238,6 +241,8 @@ def main() -> None:
         made[f"{args.rows:,}-row CSV"] = time.perf_counter() - start
     for what, seconds in made.items():
         print(f"generated {what} in {seconds:.1f} s", file=sys.stderr)
+    if args.generate_only:
+        return
 
     common = ["--workers", str(args.workers), "--batch-size", str(args.batch_size)]
     common += ["--device", "cpu"]

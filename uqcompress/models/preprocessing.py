@@ -173,9 +173,10 @@ class ImagePreprocessing:
 
         Shape: B PIL images of any sizes -> `[B, C, H, W]` float32.
         """
-        out = self.processor(images, do_rescale=False, do_normalize=False, return_tensors="np")[
-            "pixel_values"
-        ]
+        # The images come in the model's mode already: a processor that converts to RGB
+        # (BitImageProcessor's do_convert_rgb) must not make a grey model's input colour.
+        options = {"do_rescale": False, "do_normalize": False, "do_convert_rgb": False}
+        out = self.processor(images, return_tensors="np", **options)["pixel_values"]
         pixels = np.asarray(out, dtype=np.float32)
         want = (self.num_channels, self.image_size, self.image_size)
         if pixels.ndim != 4 or pixels.shape[1:] != want:
