@@ -165,6 +165,14 @@ def run_uqc(args: list[str], env: dict[str, str]) -> Run:
     if proc.returncode != 0:
         raise SystemExit(f"uqc {' '.join(args)} failed ({proc.returncode}):\n{err[-3000:]}")
     result = json.loads(out)
+    summary = result.get("summary", {})
+    print(
+        f"done: uqc {args[0]} {args[3]}: {seconds:.1f} s, peak RSS "
+        f"{peaks['main'] / 2**20:.0f} MB, train {summary.get('train_seconds', '-')} s, "
+        f"data wait {summary.get('data_wait_seconds', '-')} s",
+        file=sys.stderr,
+        flush=True,
+    )
     return Run(
         what=args[0],
         seconds=seconds,
@@ -210,6 +218,7 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--keep", type=Path, help="generate into (or reuse) this folder")
     parser.add_argument("--skip-text", action="store_true", help="images only")
+    parser.add_argument("--skip-images", action="store_true", help="text only")
     parser.add_argument(
         "--generate-only", action="store_true", help="write the data into --keep and stop"
     )
@@ -228,6 +237,8 @@ def main() -> None:
     env = {**os.environ, "UQC_ARTIFACTS": str(work / "artifacts")}
     small_count = max(CLASSES, int(args.images * args.small_share))
     folders = {n: work / f"images-{n}" for n in sorted({small_count, args.images})}
+    if args.skip_images:
+        folders = {}
     made: dict[str, float] = {}
     for count, folder in folders.items():
         if not (folder / "0").is_dir():
