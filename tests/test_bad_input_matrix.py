@@ -157,6 +157,20 @@ def _images(tmp: Path, f: dict[str, Path], sizes: tuple[int, int] | None) -> lis
     return ["eval", str(f["vit"]), "--data", str(tmp / "imgs")]
 
 
+def _corrupt_among_many(tmp: Path, f: dict[str, Path]) -> list[str]:
+    """1,000 JPEGs of mixed sizes, one cut short; found before any batch is built."""
+    from PIL import Image
+
+    for i in range(1000):
+        folder = tmp / "imgs" / str(i % 2)
+        folder.mkdir(parents=True, exist_ok=True)
+        side = 8 + i % 5
+        Image.new("L", (side, side + 1), color=i % 256).save(folder / f"{i:04d}.jpg")
+    bad = tmp / "imgs" / "1" / "0457.jpg"
+    bad.write_bytes(bad.read_bytes()[:20])
+    return ["finetune", str(f["vit"]), "--data", str(tmp / "imgs"), "--epochs", "1"]
+
+
 def _bomb(tmp: Path, f: dict[str, Path]) -> list[str]:
     from PIL import Image
 
@@ -415,7 +429,7 @@ ROWS: dict[str, tuple[Case, str]] = {
         "not UTF-8",
     ),
     "corrupt image": (lambda t, f: _images(t, f, None), "cannot read image"),
-    "images of different sizes": (lambda t, f: _images(t, f, (8, 9)), "must share one size"),
+    "a corrupt image among 1,000": (_corrupt_among_many, "imgs/1/0457.jpg ("),
     "two columns of one name": (
         lambda t, f: [
             "eval",

@@ -259,6 +259,6 @@ def test_the_abstain_threshold_is_fitted_on_the_values_every_consumer_computes(
         assert float(np.float32(threshold)) == threshold  # a float32 value, as deployed
         onnx_path = Path(ok(cli("export", calibrated, "--out", tmp_path / "onnx")))
         assert data.images is not None
-        got = Predictor(onnx_path).predict_pixels(data.images)
+        got = Predictor(onnx_path).predict_pixels(data.images.as_pixels(1))
         assert np.abs(got.entropy.astype(np.float64) - threshold).min() <= 1e-6
         assert np.abs(got.entropy - torch_out.entropy).max() <= 1e-5

@@ -49,8 +49,8 @@ def test_photo_patches_are_seeded_grey_tiles_of_the_sample_photos() -> None:
     assert data.input_kind == "image"
     assert data.labels is None
     assert len(data) == 1000
-    images = data.images
-    assert images is not None
+    assert data.images is not None
+    images = data.images.as_pixels(1)
     assert images.shape == (1000, 1, 8, 8) and images.dtype == np.float32
     assert images.min() >= 0.0 and images.max() <= 255.0
     assert images.max() > 200 and images.min() < 50  # the 0..255 scale is used
@@ -70,7 +70,7 @@ def test_photo_patches_are_seeded_grey_tiles_of_the_sample_photos() -> None:
     again = load_data("builtin:photo-patches")
     assert again.fingerprint == fingerprint
     assert again.images is not None
-    np.testing.assert_array_equal(again.images, images)
+    np.testing.assert_array_equal(again.images.as_pixels(1), images)
     assert fingerprint != load_data("builtin:digits@val").fingerprint
 
 
@@ -81,7 +81,7 @@ def _member_probs(model_path: Path, images: np.ndarray, batch_size: int = 64) ->
     """The model's softmax in float64, batched like `uqc eval`. Shape: `[N, C]`."""
     loaded = load_model(resolve_model_source(model_path))
     assert loaded.preprocessing is not None
-    pixels = loaded.preprocessing.apply(images)
+    pixels = loaded.preprocessing.normalise(images)
     chunks = []
     with torch.inference_mode():
         for start in range(0, len(pixels), batch_size):
@@ -98,7 +98,7 @@ def _entropy(p: np.ndarray) -> np.ndarray:
 def _images(spec: str) -> np.ndarray:
     images = load_data(spec, require_labels=False).images
     assert images is not None
-    return images
+    return images.as_pixels(1)
 
 
 def _artifacts_empty() -> bool:

@@ -16,6 +16,7 @@ from uqcompress.data import load_data, parse_spec
 from uqcompress.data.builtin import _digits_splits, load_digits_split
 from uqcompress.data.dataset import LabeledData
 from uqcompress.data.encoding import EncodedData, collate, encode
+from uqcompress.data.images import ArrayImages
 from uqcompress.data.labels import map_labels
 from uqcompress.errors import DataError
 from uqcompress.models.loading import LoadedModel, load_model, resolve_model_source
@@ -45,7 +46,7 @@ def _rows_counter(data: LabeledData) -> Counter[tuple[bytes, int]]:
     assert data.images is not None
     return Counter(
         (np.ascontiguousarray(image).tobytes(), int(label))
-        for image, label in zip(data.images, data.labels, strict=True)
+        for image, label in zip(data.images.as_pixels(1), data.labels, strict=True)
     )
 
 
@@ -87,7 +88,7 @@ def test_digits_splits_are_disjoint_and_cover_everything(
         input_kind="image",
         labels=[int(v) for v in bunch.target],
         fingerprint="",
-        images=np.round(bunch.images * 255.0 / 16.0).astype(np.float32)[:, None, :, :],
+        images=ArrayImages(np.round(bunch.images * 255.0 / 16.0).astype(np.uint8)),
     )
     combined = sum((_rows_counter(data) for data in digits.values()), Counter())
     assert combined == _rows_counter(whole)
@@ -110,7 +111,7 @@ def test_digits_are_deterministic(digits: dict[str, LabeledData]) -> None:
     assert again.fingerprint == digits["train"].fingerprint
     assert again.labels == digits["train"].labels
     assert again.images is not None and digits["train"].images is not None
-    np.testing.assert_array_equal(again.images, digits["train"].images)
+    np.testing.assert_array_equal(again.images.as_pixels(1), digits["train"].images.as_pixels(1))
     fingerprints = {data.fingerprint for data in digits.values()}
     assert len(fingerprints) == 3
 
@@ -118,8 +119,8 @@ def test_digits_are_deterministic(digits: dict[str, LabeledData]) -> None:
 def test_digits_images_are_on_the_0_255_scale(digits: dict[str, LabeledData]) -> None:
     allowed = np.round(np.arange(17) * 255.0 / 16.0).astype(np.float32)  # 8-bit grey levels
     for data in digits.values():
-        images = data.images
-        assert images is not None
+        assert data.images is not None
+        images = data.images.as_pixels(1)
         assert images.shape == (len(data), 1, 8, 8)
         assert images.dtype == np.float32
         assert float(images.max()) == 255.0
@@ -135,7 +136,7 @@ def test_digits_images_are_the_sklearn_pixels_scaled() -> None:
     data = load_digits_split("val")
     assert data.images is not None
     expected = np.round(bunch.images[index] * 255.0 / 16.0)  # quantised like an 8-bit image
-    np.testing.assert_array_equal(data.images[:, 0], expected.astype(np.float32))
+    np.testing.assert_array_equal(data.images.as_pixels(1)[:, 0], expected.astype(np.float32))
     assert data.labels == [int(v) for v in bunch.target[index]]
 
 
@@ -340,13 +341,13 @@ def test_encode_image_applies_saved_preprocessing(
     ids = np.asarray(data.labels, dtype=np.int64)
     encoded = encode(data, vit_loaded, ids)
     assert encoded.input_kind == "image"
-    assert encoded.pixel_values is not None
-    assert encoded.pixel_values.dtype == np.float32
-    assert encoded.pixel_values.shape == data.images.shape
-    expected = (data.images / 255.0 - 0.5) / 0.5
-    np.testing.assert_allclose(encoded.pixel_values, expected, rtol=0, atol=1e-5)
-    assert float(encoded.pixel_values.min()) == pytest.approx(-1.0)
-    assert float(encoded.pixel_values.max()) == pytest.approx(1.0)
+    pixel_values = collate(encoded, list(range(len(data))))["pixel_values"].numpy()
+    assert pixel_values.dtype == np.float32
+    assert pixel_values.shape == (len(data), 1, 8, 8)
+    expected = (data.images.as_pixels(1) / 255.0 - 0.5) / 0.5
+    np.testing.assert_allclose(pixel_values, expected, rtol=0, atol=1e-5)
+    assert float(pixel_values.min()) == pytest.approx(-1.0)
+    assert float(pixel_values.max()) == pytest.approx(1.0)
 
 
 def test_encode_image_model_refuses_text(vit_loaded: LoadedModel) -> None:

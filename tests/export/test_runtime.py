@@ -47,7 +47,7 @@ def _torch_text_probs(model_path: Path, texts: list[str]) -> np.ndarray:
 def _torch_image_probs(model_path: Path, images: np.ndarray) -> np.ndarray:
     loaded = load_model(resolve_model_source(model_path))
     assert loaded.preprocessing is not None
-    pixels = torch.from_numpy(loaded.preprocessing.apply(images))
+    pixels = torch.from_numpy(loaded.preprocessing.normalise(images))
     with torch.inference_mode():
         logits = loaded.model(pixel_values=pixels).logits
     return torch.softmax(logits.double(), dim=-1).numpy()
@@ -75,9 +75,9 @@ def test_text_predictor_equals_torch_with_padding(
 
 
 def test_image_predictor_equals_torch(vit_onnx: Path, tiny_vit_artifact: Path) -> None:
-    images = load_data("builtin:digits@test").images
-    assert images is not None
-    images = images[:20]
+    source = load_data("builtin:digits@test").images
+    assert source is not None
+    images = source.as_pixels(1)[:20]
     predictor = Predictor(vit_onnx)
     got = predictor.predict_pixels(images, batch_size=3)
     want = _torch_image_probs(tiny_vit_artifact, images)

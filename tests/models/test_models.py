@@ -64,7 +64,8 @@ def test_model_artifact_loads_with_plain_transformers(
 
     processor = AutoImageProcessor.from_pretrained(tiny_vit_artifact)
     assert processor.rescale_factor == pytest.approx(1 / 255)
-    assert list(processor.image_mean) == [0.5] and processor.do_resize is False
+    assert list(processor.image_mean) == [0.5] and processor.do_resize is True
+    assert processor.size == {"height": 8, "width": 8}  # images of any size are resized
 
 
 def test_padded_batch_gives_the_same_logits_as_single_examples() -> None:

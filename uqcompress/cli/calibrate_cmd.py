@@ -16,6 +16,7 @@ from uqcompress.cli.options import (
     Out,
     TextColumn,
     Threads,
+    Workers,
     resolve_input,
 )
 
@@ -53,6 +54,7 @@ def calibrate(
     label_column: LabelColumn = "label",
     device: Device = "auto",
     threads: Threads = None,
+    workers: Workers = 0,
     out: Out = None,
     force: Force = False,
     json_out: Json = False,
@@ -73,5 +75,6 @@ def calibrate(
         "label_column": label_column,
         "device": device,
         "threads": threads,
+        "workers": workers,
     }
     run_step("calibrate", options, force, json_out, out)

@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from uqcompress.cli.options import (
+    Augment,
     BatchSize,
     CheckpointEvery,
     Device,
@@ -26,6 +27,7 @@ from uqcompress.cli.options import (
     Threads,
     Warmup,
     WeightDecay,
+    Workers,
     resolve_input,
 )
 
@@ -95,6 +97,8 @@ def distill_director(
     warmup: Warmup = 0.1,
     checkpoint_every: CheckpointEvery = None,
     resume: Resume = False,
+    augment: Augment = "none",
+    workers: Workers = 0,
     device: Device = "auto",
     threads: Threads = None,
     out: Out = None,
@@ -133,6 +137,8 @@ def distill_director(
         "warmup": warmup,
         "checkpoint_every": checkpoint_every,
         "resume": resume,
+        "augment": augment,
+        "workers": workers,
         "device": device,
         "threads": threads,
     }

@@ -16,6 +16,7 @@ from uqcompress.cli.options import (
     Out,
     TextColumn,
     Threads,
+    Workers,
     resolve_input,
 )
 from uqcompress.errors import ConfigError
@@ -73,6 +74,7 @@ def evaluate(
     label_column: LabelColumn = "label",
     device: Device = "auto",
     threads: Threads = None,
+    workers: Workers = 0,
     out: Out = None,
     force: Force = False,
     json_out: Json = False,
@@ -97,5 +99,6 @@ def evaluate(
         "label_column": label_column,
         "device": device,
         "threads": threads,
+        "workers": workers,
     }
     run_step("eval", options, force, json_out, out)

@@ -142,6 +142,22 @@ Schedule = Annotated[
         help="Learning rate after the warm-up: linear (decay to 0), cosine (to 0) or constant.",
     ),
 ]
+Workers = Annotated[
+    int,
+    typer.Option(
+        "--workers",
+        help="Data-loader worker processes that read and preprocess batches while the model "
+        "runs (0: in this process). Results do not depend on it.",
+    ),
+]
+Augment = Annotated[
+    str,
+    typer.Option(
+        "--augment",
+        help="Training-image augmentation: none, or light (random resized crop keeping 80-100% "
+        "of the area, shifts of up to 5%; no flips).",
+    ),
+]
 Warmup = Annotated[
     float,
     typer.Option(

@@ -12,6 +12,7 @@ from uqcompress.cli.options import (
     MaxLength,
     TextColumn,
     Threads,
+    Workers,
     resolve_input,
     setup_compute,
 )
@@ -43,6 +44,7 @@ def predict(
     ] = None,
     device: Device = "cpu",
     threads: Threads = None,
+    workers: Workers = 0,
 ) -> None:
     """Predict: label, probs (by label), entropy and mutual_info per example, as JSONL.
 
@@ -64,12 +66,20 @@ def predict(
             f"--sample-chunk {sample_chunk} must be at least 1",
             hint="drop --sample-chunk to size it to memory",
         )
+    if workers < 0:
+        from uqcompress.errors import ConfigError
+
+        raise ConfigError(
+            f"--workers {workers} must be 0 or more",
+            hint="pass --workers 0 (read data in this process) or e.g. --workers 2",
+        )
     model_path = resolve_input(model)
     resolved_device, resolved_threads = setup_compute(device, threads)
     examples = load_data(data, text_column=text_column, require_labels=False)
     source = open_source(
         model_path, "model", resolved_device, resolved_threads, sample_chunk=sample_chunk
     )
+    source.workers = workers
     outputs = source.predict(examples, batch_size, max_length)
     labels = source.labels
     rule = source.calibration.abstain if source.calibration is not None else None

@@ -17,6 +17,7 @@ from uqcompress.cli.options import (
     Seed,
     TextColumn,
     Threads,
+    Workers,
     resolve_input,
 )
 
@@ -79,6 +80,7 @@ def score(
     label_column: LabelColumn = "label",
     device: Device = "auto",
     threads: Threads = None,
+    workers: Workers = 0,
     out: Out = None,
     force: Force = False,
     json_out: Json = False,
@@ -110,5 +112,6 @@ def score(
         "label_column": label_column,
         "device": device,
         "threads": threads,
+        "workers": workers,
     }
     run_step("score", options, force, json_out, out)

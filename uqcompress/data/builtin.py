@@ -3,8 +3,8 @@
 `builtin:digits`: scikit-learn's 1,797 8x8 handwritten digits, 10 classes. Split once,
 stratified by class, with seed 0: 70% `train`, 10% `val`, 20% `test` (1257 / 180 / 360).
 Pixel values 0..16 are presented as 8-bit grey images, round(value * 255 / 16) on the usual
-0..255 scale, `[N, 1, 8, 8]` float32: the model's saved preprocessing is the standard one, and
-the same digits saved as 8-bit grey PNGs in an image folder score identically.
+0..255 scale, held as 8-bit grey `[N, 8, 8]` images: the model's saved preprocessing is the
+standard one, and the same digits saved as 8-bit grey PNGs in an image folder score identically.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import numpy.typing as npt
 
 from uqcompress.artifacts.hashing import sha256_bytes
 from uqcompress.data.dataset import LabeledData
+from uqcompress.data.images import ArrayImages
 
 DIGITS_SEED = 0
 DIGITS_SCALE = 255.0 / 16.0
@@ -45,13 +46,14 @@ def load_digits_split(split: str) -> LabeledData:
     images = np.round(bunch.images[index].astype(np.float64) * DIGITS_SCALE).astype(np.float32)
     images = images[:, None, :, :]
     labels = bunch.target[index].astype(np.int64)
+    # The fingerprint hashes the float32 [N, 1, 8, 8] values, as it always has (ids stay).
     fingerprint = sha256_bytes(
         b"digits\0" + np.ascontiguousarray(images).tobytes() + labels.tobytes()
     )[:32]
     return LabeledData(
         spec=f"builtin:digits@{split}",
         input_kind="image",
-        images=images,
+        images=ArrayImages(images[:, 0].astype(np.uint8)),
         labels=[int(v) for v in labels],
         label_names=[str(d) for d in range(10)],
         fingerprint=fingerprint,
@@ -94,7 +96,7 @@ def load_photo_patches() -> LabeledData:
     return LabeledData(
         spec="builtin:photo-patches",
         input_kind="image",
-        images=images,
+        images=ArrayImages(images[:, 0].astype(np.uint8)),  # grey values, 0..255 integers
         labels=None,
         fingerprint=sha256_bytes(b"photo-patches\0" + np.ascontiguousarray(images).tobytes())[:32],
     )

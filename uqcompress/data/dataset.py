@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import numpy as np
-import numpy.typing as npt
+if TYPE_CHECKING:
+    from uqcompress.data.images import ImageSource
 
 
 @dataclass
 class LabeledData:
     """Examples plus raw labels, and a fingerprint of their contents.
 
-    Images are float32 `[N, C, H, W]` on the 0..255 pixel scale; texts are strings. Raw labels
-    are ints or strings as the source had them; `label_names` is set when the source knows the
-    class names (built-in sets), ints then index into it.
+    Images are sources (`data.images.ImageSource`: files or 8-bit arrays), opened per batch
+    and preprocessed by the model's image processor, never held as one pixel array; texts
+    are strings. Raw labels are ints or strings as the source had them; `label_names` is set
+    when the source knows the class names (built-in sets), ints then index into it.
     """
 
     spec: str
@@ -23,7 +24,7 @@ class LabeledData:
     labels: list[Any] | None  # None: an unlabelled set (OOD data, inputs to predict)
     fingerprint: str
     texts: list[str] | None = None
-    images: npt.NDArray[np.float32] | None = None
+    images: ImageSource | None = None
     label_names: list[str] | None = None
 
     def __len__(self) -> int:
@@ -32,7 +33,7 @@ class LabeledData:
         if self.texts is not None:
             return len(self.texts)
         assert self.images is not None
-        return int(self.images.shape[0])
+        return len(self.images)
 
     @property
     def name(self) -> str:

@@ -1,7 +1,16 @@
-"""Encode examples for one model (tokenise or preprocess) and batch them for torch."""
+"""Encode examples for one model (tokenise or preprocess) and batch them for torch.
+
+Images stay sources until a batch needs them: `collate` opens each image, applies
+`--augment` and runs the model's image processor, in the data loader's worker processes
+with `--workers N` (`make_loader`). Nothing holds a data set's pixels at once.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import json
+import multiprocessing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -14,16 +23,29 @@ from uqcompress.errors import ConfigError, DataError
 if TYPE_CHECKING:
     from torch.utils.data import DataLoader
 
+    from uqcompress.data.images import ImageSource
     from uqcompress.models.loading import LoadedModel
 
 
 @dataclass
 class EncodedData:
-    """Model-ready examples: preprocessed pixels, or token ids padded later per batch."""
+    """Model-ready examples: image sources with the model's image processor (pixels made
+    per batch), or token ids padded later per batch.
+
+    `augment` (`none`/`light`) applies to shuffled (training) loaders only; `workers` is the
+    number of data-loader worker processes. With `normalise` False image batches hold the
+    processor's resized pixels on the 0..255 scale (what the ONNX Predictor takes).
+    """
 
     input_kind: str
     labels: npt.NDArray[np.int64]
-    pixel_values: npt.NDArray[np.float32] | None = None
+    images: ImageSource | None = None
+    preprocessing: Any = None  # models.preprocessing.ImagePreprocessing
+    normalise: bool = True
+    augment: str = "none"
+    workers: int = 0
+    # in-memory images (built-in sets) without augmentation: their pixels, processed once
+    pixel_cache: npt.NDArray[np.float32] | None = None
     input_ids: list[list[int]] | None = None
     pad_token_id: int = 0
     pad_left: bool = False  # the tokenizer pads on the left (decoders often do)
@@ -48,16 +70,17 @@ def encode(
     loaded: LoadedModel,
     label_ids: npt.NDArray[np.int64],
     max_length: int | None = None,
+    *,
+    augment: str = "none",
+    workers: int = 0,
 ) -> EncodedData:
     """Tokenise text with the model's tokenizer (truncating to `max_length`, default the
-    model's limit) or apply the model's saved image preprocessing."""
+    model's limit), or pair the images with the model's image processor (run per batch)."""
     check_input_kind(data, loaded.input_kind, loaded.family.name)
     if loaded.input_kind == "image":
-        assert data.images is not None and loaded.preprocessing is not None
-        return EncodedData(
-            input_kind="image",
-            labels=label_ids,
-            pixel_values=loaded.preprocessing.apply(data.images),
+        assert loaded.preprocessing is not None
+        return encode_images(
+            data, loaded.preprocessing, label_ids, augment=augment, workers=workers
         )
     assert data.texts is not None and loaded.tokenizer is not None
     limit = loaded.max_length or 512
@@ -79,22 +102,96 @@ def encode(
         pad_token_id=int(pad if pad is not None else 0),
         pad_left=getattr(loaded.tokenizer, "padding_side", "right") == "left",
         truncated=truncated,
+        workers=workers,
     )
 
 
-def collate(encoded: EncodedData, indices: list[int]) -> dict[str, Any]:
-    """Build one batch; text is padded to the longest example in the batch, on the side the
-    tokenizer pads (right unless it says left).
+def encode_images(
+    data: LabeledData,
+    preprocessing: Any,
+    label_ids: npt.NDArray[np.int64],
+    *,
+    normalise: bool = True,
+    augment: str = "none",
+    workers: int = 0,
+) -> EncodedData:
+    """Images with the image processor that makes their pixels, per batch (`collate`)."""
+    from uqcompress.data.images import AUGMENTS
+
+    if data.input_kind != "image" or data.images is None:
+        raise DataError(f"{data.spec} holds {data.input_kind} examples, not images")
+    if augment not in AUGMENTS:
+        raise ConfigError(
+            f"unknown --augment {augment!r}", hint=f"use one of: {', '.join(AUGMENTS)}"
+        )
+    from uqcompress.data.images import ArrayImages
+
+    encoded = EncodedData(
+        input_kind="image",
+        labels=label_ids,
+        images=data.images,
+        preprocessing=preprocessing,
+        normalise=normalise,
+        augment=augment,
+        workers=workers,
+    )
+    if isinstance(data.images, ArrayImages) and augment == "none":
+        # Already in memory and small (a built-in set): the processor runs once, not per epoch.
+        chunks = [
+            _pixels(encoded, list(range(start, min(len(encoded), start + 256))))
+            for start in range(0, len(encoded), 256)
+        ]
+        encoded.pixel_cache = np.concatenate(chunks) if chunks else None
+    return encoded
+
+
+class WorkerDataError(DataError):
+    """A DataError raised in a data-loader worker process.
+
+    torch re-raises a worker's exception in the main process as `type(exc)(text)`, `text`
+    holding the worker's traceback; this class carries its message and hint in the last line
+    of that text (after `MARK`, as JSON) and takes them back out, so the user still gets the
+    one line naming the file.
+    """
+
+    MARK = "uqc-data-error:"
+
+    def __init__(self, text: str) -> None:
+        message, hint, self._marked = text, None, ""
+        tail = text.rsplit(self.MARK, 1)
+        if len(tail) == 2:
+            with contextlib.suppress(ValueError, IndexError, TypeError):
+                message, hint = json.loads(tail[1].strip().splitlines()[0])
+        super().__init__(message, hint=hint)
+
+    @classmethod
+    def wrap(cls, exc: DataError) -> WorkerDataError:
+        marked = cls.MARK + json.dumps([exc.message, exc.hint])
+        wrapped = cls(marked)
+        wrapped._marked = marked
+        return wrapped
+
+    def __str__(self) -> str:
+        return self._marked or self.message
+
+
+def collate(encoded: EncodedData, keys: list[Any]) -> dict[str, Any]:
+    """Build one batch: images are opened, augmented (keys `(index, seed)` from a training
+    loader with `--augment light`) and preprocessed here; text is padded to the longest
+    example in the batch, on the side the tokenizer pads (right unless it says left).
 
     Shape: `pixel_values [B, C, H, W]`, or `input_ids`/`attention_mask`/`token_type_ids`
     `[B, T]`; `labels [B]`.
     """
     import torch
 
+    indices = [k[0] if isinstance(k, tuple) else int(k) for k in keys]
     batch: dict[str, Any] = {"labels": torch.as_tensor(encoded.labels[indices])}
     if encoded.input_kind == "image":
-        assert encoded.pixel_values is not None
-        batch["pixel_values"] = torch.from_numpy(encoded.pixel_values[indices])
+        if encoded.pixel_cache is not None and not any(isinstance(k, tuple) for k in keys):
+            batch["pixel_values"] = torch.from_numpy(encoded.pixel_cache[indices])
+        else:
+            batch["pixel_values"] = torch.from_numpy(_pixels(encoded, keys))
         return batch
     assert encoded.input_ids is not None
     rows = [encoded.input_ids[i] for i in indices]
@@ -111,22 +208,101 @@ def collate(encoded: EncodedData, indices: list[int]) -> dict[str, Any]:
     return batch
 
 
+def _pixels(encoded: EncodedData, keys: list[Any]) -> npt.NDArray[np.float32]:
+    """Shape: B keys -> `[B, C, H, W]` float32 (normalised, or 0..255 without `normalise`)."""
+    import torch.utils.data
+
+    from uqcompress.data.images import augment_light, model_mode
+
+    assert encoded.images is not None and encoded.preprocessing is not None
+    prep = encoded.preprocessing
+    mode = model_mode(prep.num_channels)
+    try:
+        images = []
+        for key in keys:
+            index, seed = key if isinstance(key, tuple) else (int(key), None)
+            image = encoded.images.open(index, mode)
+            images.append(image if seed is None else augment_light(image, seed))
+        return prep.apply(images) if encoded.normalise else prep.resize(images)
+    except DataError as exc:
+        if torch.utils.data.get_worker_info() is None:
+            raise
+        raise WorkerDataError.wrap(exc) from None
+
+
+class _Collate:
+    """`collate` bound to its data, as an object (worker processes may need to pickle it)."""
+
+    def __init__(self, encoded: EncodedData) -> None:
+        self.encoded = encoded
+
+    def __call__(self, keys: list[Any]) -> dict[str, Any]:
+        return collate(self.encoded, keys)
+
+
+class _Keys:
+    """A map-style data set whose items are their keys (the work happens in `collate`)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, key: Any) -> Any:
+        return key
+
+
 def make_loader(
     encoded: EncodedData, batch_size: int, shuffle: bool = False, seed: int = 0
 ) -> DataLoader:
-    """A torch DataLoader over the encoded examples (shuffled with its own seeded generator)."""
-    import torch
-    from torch.utils.data import DataLoader
+    """A torch DataLoader over the encoded examples, shuffled with its own seeded generator,
+    collating in `encoded.workers` worker processes (0: in this process).
 
+    The order and the augmentation draws depend only on `seed`, never on the number of
+    workers: the generator is used exactly as with none, and each training example's
+    augmentation seed is drawn with the order (`--augment light`).
+    """
+    import torch
+    from torch.utils.data import DataLoader, RandomSampler
+
+    dataset: Any = _Keys(len(encoded))
     generator = torch.Generator().manual_seed(seed) if shuffle else None
-    indices: Any = list(range(len(encoded)))  # a list is a valid map-style dataset
+    sampler: Any = None
+    if shuffle:
+        augmenting = encoded.input_kind == "image" and encoded.augment != "none"
+        kind = _seeded_sampler() if augmenting else RandomSampler
+        sampler = kind(dataset, generator=generator)
+    workers = max(0, int(encoded.workers))
+    extra: dict[str, Any] = {}
+    if workers > 0 and "fork" in multiprocessing.get_all_start_methods():
+        extra["multiprocessing_context"] = "fork"  # workers start in milliseconds, not seconds
     return DataLoader(
-        indices,
+        dataset,
         batch_size=batch_size,
-        shuffle=shuffle,
+        sampler=sampler,
         generator=generator,
-        collate_fn=lambda indices: collate(encoded, indices),
+        collate_fn=_Collate(encoded),
+        num_workers=workers,
+        **extra,
     )
+
+
+@functools.cache
+def _seeded_sampler() -> Any:
+    """A RandomSampler whose keys are `(index, seed)`: one augmentation seed per example and
+    epoch, drawn from the order's own generator after the order (the class is made on first
+    use, so importing this module does not import torch; it stays in the main process)."""
+    import torch
+    from torch.utils.data import RandomSampler
+
+    class SeededSampler(RandomSampler):
+        def __iter__(self) -> Any:
+            order = list(super().__iter__())
+            draws = torch.randint(0, 2**31 - 1, (len(order),), generator=self.generator)
+            return iter(list(zip(order, draws.tolist(), strict=True)))
+
+    return SeededSampler
 
 
 def model_inputs(batch: dict[str, Any]) -> dict[str, Any]:

@@ -1,23 +1,139 @@
-"""Image folders: `DIR/<class>/*.png|jpg` (labelled) or `DIR/*.png|jpg` (unlabelled).
+"""Images, read lazily: files in a folder (`DIR/<class>/*` labelled, `DIR/*` unlabelled) or
+in-memory arrays (the built-in sets).
 
-Images are read with PIL into `[N, C, H, W]` float32 on the 0..255 scale, the same scale as
-every other image source, so the model's saved preprocessing applies unchanged: 8-bit grey
-stays one channel, anything with colour becomes RGB, 16-bit grey is rescaled to 0..255.
+A data set keeps image *sources*, never one big pixel array: each image is opened when a
+batch needs it (in the data loader's worker processes with `--workers N`), turned into the
+model's mode (`L` for one channel, `RGB` for three) and handed to the model's image
+processor (`models/preprocessing.py`), which resizes and crops it. Any size and mode is
+read: JPEG, PNG, WebP and BMP; grey, RGB, RGBA and LA (alpha dropped, as transformers'
+`convert_rgb` does), palette, 1-bit, 16-bit grey (scaled to 0..255 and rounded); the EXIF
+orientation is applied.
+
+Reading a folder hashes every file (the content fingerprint) and parses its header with
+PIL (`Image.verify`), so an unreadable file among thousands fails in one line naming it
+before any training starts; a file whose header is fine but whose pixels are damaged fails
+the same way when its batch is built.
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
+import warnings
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
-from uqcompress.artifacts.hashing import sha256_bytes, sha256_file
+from uqcompress.artifacts.hashing import sha256_bytes
 from uqcompress.data.dataset import LabeledData
 from uqcompress.errors import DataError
 
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
-_GREY_MODES = ("1", "L", "I;16", "I;16B", "I;16L", "I")
+if TYPE_CHECKING:
+    from PIL import Image as PILImage
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
+_SIXTEEN_BIT = ("I;16", "I;16B", "I;16L", "I;16N", "I")
+AUGMENTS = ("none", "light")
+# --augment light: random resized crop keeping 80-100% of the area at aspect 3:4..4:3, then a
+# shift of up to 5% of each side (what leaves the image is black); never a flip.
+CROP_SCALE = (0.8, 1.0)
+CROP_RATIO = (3 / 4, 4 / 3)
+SHIFT = 0.05
+
+
+def model_mode(channels: int) -> str:
+    """The PIL mode images are converted to for a model of `channels` channels."""
+    return "L" if channels == 1 else "RGB"
+
+
+class ImageSource(ABC):
+    """N images, each opened on demand as a PIL image in a given mode."""
+
+    @abstractmethod
+    def __len__(self) -> int: ...
+
+    @abstractmethod
+    def open(self, index: int, mode: str) -> PILImage.Image:
+        """Image `index` in `mode` (`L` or `RGB`); a DataError names it if it cannot be read."""
+
+    @abstractmethod
+    def subset(self, indices: Sequence[int]) -> ImageSource: ...
+
+    def concat(self, other: ImageSource) -> ImageSource:
+        return ConcatImages([self, other])
+
+    def as_pixels(self, channels: int) -> npt.NDArray[np.float32]:
+        """Every image, unresized, stacked (they must share one size): for small sets only.
+
+        Shape: `[N, channels, H, W]` float32 on the 0..255 scale.
+        """
+        mode = model_mode(channels)
+        arrays = [np.asarray(self.open(i, mode), dtype=np.float32) for i in range(len(self))]
+        stacked = np.stack(arrays)
+        return stacked[:, None] if channels == 1 else stacked.transpose(0, 3, 1, 2)
+
+
+class ArrayImages(ImageSource):
+    """Images held as 8-bit pixels: `[N, H, W]` grey or `[N, H, W, 3]` RGB, uint8."""
+
+    def __init__(self, pixels: npt.NDArray[np.uint8]) -> None:
+        self.pixels = pixels
+
+    def __len__(self) -> int:
+        return int(self.pixels.shape[0])
+
+    def open(self, index: int, mode: str) -> PILImage.Image:
+        from PIL import Image
+
+        pixels = self.pixels[index]
+        image = Image.fromarray(pixels, "L" if pixels.ndim == 2 else "RGB")
+        return image if image.mode == mode else image.convert(mode)
+
+    def subset(self, indices: Sequence[int]) -> ImageSource:
+        return ArrayImages(self.pixels[np.asarray(indices, dtype=np.int64)])
+
+
+class FileImages(ImageSource):
+    """Image files, read when a batch needs them."""
+
+    def __init__(self, paths: Sequence[str]) -> None:
+        self.paths = list(paths)
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def open(self, index: int, mode: str) -> PILImage.Image:
+        return read_image(Path(self.paths[index]), mode)
+
+    def subset(self, indices: Sequence[int]) -> ImageSource:
+        return FileImages([self.paths[i] for i in indices])
+
+
+class ConcatImages(ImageSource):
+    def __init__(self, parts: list[ImageSource]) -> None:
+        self.parts = parts
+
+    def __len__(self) -> int:
+        return sum(len(p) for p in self.parts)
+
+    def _locate(self, index: int) -> tuple[ImageSource, int]:
+        for part in self.parts:
+            if index < len(part):
+                return part, index
+            index -= len(part)
+        raise IndexError(index)
+
+    def open(self, index: int, mode: str) -> PILImage.Image:
+        part, local = self._locate(index)
+        return part.open(local, mode)
+
+    def subset(self, indices: Sequence[int]) -> ImageSource:
+        pairs = [self._locate(i) for i in indices]
+        return ConcatImages([p.subset([i]) for p, i in pairs])
 
 
 def _images_in(folder: Path) -> list[Path]:
@@ -25,6 +141,7 @@ def _images_in(folder: Path) -> list[Path]:
 
 
 def load_image_folder(root: Path, require_labels: bool = True) -> LabeledData:
+    """An image folder as lazily read examples; every file is hashed and its header checked."""
     classes = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
     files: list[Path] = []
     labels: list[str] = []
@@ -37,68 +154,112 @@ def load_image_folder(root: Path, require_labels: bool = True) -> LabeledData:
         files, labels = unlabelled, []
     if not files:
         hint = "put images in DIR/<class>/*.png (or DIR/*.png for unlabelled data)"
-        raise DataError(f"{root} holds no .png/.jpg images in class folders", hint=hint)
-    pixels = [_read(path) for path in files]
-    grey = all(p.ndim == 2 for p in pixels)
-    arrays = [p if grey else _as_rgb(p) for p in pixels]
-    shape = arrays[0].shape
-    for path, array in zip(files, arrays, strict=True):
-        if array.shape != shape:
-            raise DataError(
-                f"{path} is {array.shape[1]}x{array.shape[0]} pixels; {files[0].name} is "
-                f"{shape[1]}x{shape[0]}: a folder's images must share one size",
-                hint="resize the images to the model's input size",
-            )
-    stacked = np.stack(arrays).astype(np.float32)
-    images = stacked[:, None] if grey else stacked.transpose(0, 3, 1, 2)  # -> [N, C, H, W]
-    digest = "\n".join(f"{p.relative_to(root).as_posix()}\0{sha256_file(p)}" for p in files)
+        raise DataError(
+            f"{root} holds no {'/'.join(IMAGE_SUFFIXES)} images in class folders", hint=hint
+        )
+    digest = hashlib.sha256(b"image-folder\0")
+    for number, path in enumerate(files):
+        data = path.read_bytes()
+        _check_header(path, data)
+        line = f"{path.relative_to(root).as_posix()}\0{sha256_bytes(data)}"
+        digest.update((line if number == 0 else "\n" + line).encode())
     return LabeledData(
         spec=str(root),
         input_kind="image",
-        images=np.ascontiguousarray(images),
+        images=FileImages([str(p) for p in files]),
         labels=labels or None,
-        fingerprint=sha256_bytes(b"image-folder\0" + digest.encode())[:32],
+        fingerprint=digest.hexdigest()[:32],
     )
 
 
-def _read(path: Path) -> npt.NDArray[np.float32]:
-    """One image as `[H, W]` (grey) or `[H, W, 3]` (colour) on the 0..255 scale."""
-    import warnings
-
-    from PIL import Image, UnidentifiedImageError
-
-    try:
-        # Above Image.MAX_IMAGE_PIXELS PIL only warns (above twice that it raises); either way
-        # such a file would cost gigabytes as float32 pixels, far beyond any classifier input.
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            return _decode(path)
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
-        raise DataError(
-            f"image {path} is {_size_text(path)}, more than the {Image.MAX_IMAGE_PIXELS:,} "
-            "pixels uqc reads from one image (a possible decompression bomb)",
-            hint="resize the image to the model's input size, or remove it",
-        ) from exc
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
-        raise DataError(
-            f"cannot read image {path} ({exc})", hint="replace or remove the damaged file"
-        ) from exc
-
-
-def _decode(path: Path) -> npt.NDArray[np.float32]:
+def _check_header(path: Path, data: bytes) -> None:
+    """Parse the file's header (and, for PNG, its chunk checksums) without decoding pixels."""
     from PIL import Image
 
-    with Image.open(path) as image:
+    with _readable(path), Image.open(io.BytesIO(data)) as image:
+        image.verify()
+
+
+class _readable:
+    """Turns PIL's failures on one file into one DataError naming the file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._warnings = warnings.catch_warnings()
+
+    def __enter__(self) -> None:
+        from PIL import Image
+
+        self._warnings.__enter__()
+        # Above Image.MAX_IMAGE_PIXELS PIL only warns (above twice that it raises); either way
+        # such a file would cost gigabytes decoded, far beyond any classifier input.
+        warnings.simplefilter("error", Image.DecompressionBombWarning)
+        warnings.simplefilter("ignore", UserWarning)  # palette transparency notes and such
+
+    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
+        from PIL import Image, UnidentifiedImageError
+
+        self._warnings.__exit__(kind, exc, tb)
+        if exc is None or isinstance(exc, DataError):
+            return
+        if isinstance(exc, Image.DecompressionBombError | Image.DecompressionBombWarning):
+            raise DataError(
+                f"image {self.path} is {_size_text(self.path)}, more than the "
+                f"{Image.MAX_IMAGE_PIXELS:,} pixels uqc reads from one image (a possible "
+                "decompression bomb)",
+                hint="resize the image to the model's input size, or remove it",
+            ) from exc
+        if isinstance(exc, UnidentifiedImageError | OSError | ValueError | SyntaxError | EOFError):
+            reason = " ".join(str(exc).split()) or type(exc).__name__
+            raise DataError(
+                f"cannot read image {self.path} ({reason})",
+                hint="replace or remove the damaged file",
+            ) from exc
+
+
+def read_image(path: Path, mode: str) -> PILImage.Image:
+    """One image file, EXIF orientation applied, in `mode` (`L` or `RGB`)."""
+    from PIL import Image, ImageOps
+
+    with _readable(path), Image.open(path) as image:
         image.load()
-        mode = image.mode
-        if mode in _GREY_MODES:
-            array = np.asarray(image.convert("I") if mode != "L" else image, np.float32)
-            if mode.startswith("I;16") or mode == "I":
-                array = array * np.float32(255.0 / 65535.0)
-            elif mode == "1":
-                array = array * np.float32(255.0)
-            return array
-        return np.asarray(image.convert("RGB"), dtype=np.float32)
+        upright = ImageOps.exif_transpose(image) or image
+        return to_mode(upright, mode)
+
+
+def to_mode(image: PILImage.Image, mode: str) -> PILImage.Image:
+    """Any PIL image in `mode` (`L` or `RGB`): 16-bit grey is scaled to 0..255 and rounded,
+    alpha is dropped, palette and 1-bit images are expanded, colour becomes luma (PIL's
+    ITU-R 601-2 `convert("L")`) for a grey model and grey repeats for an RGB model."""
+    from PIL import Image
+
+    if image.mode in _SIXTEEN_BIT:
+        values = np.asarray(image.convert("I"), dtype=np.float64) * (255.0 / 65535.0)
+        image = Image.fromarray(np.clip(np.round(values), 0, 255).astype(np.uint8), "L")
+    if image.mode == mode:
+        return image.copy()
+    return image.convert(mode)
+
+
+def augment_light(image: PILImage.Image, seed: int) -> PILImage.Image:
+    """`--augment light` on one image: a random resized crop (80-100% of the area, aspect
+    3:4..4:3; the model's processor resizes it) shifted by up to 5% of each side, drawn from
+    `seed`. No flip: a mirrored digit or letter is another class, or none."""
+    rng = np.random.default_rng(seed)
+    width, height = image.size
+    area = width * height
+    crop_w, crop_h = width, height
+    for _ in range(10):
+        scale = rng.uniform(*CROP_SCALE)
+        ratio = float(np.exp(rng.uniform(np.log(CROP_RATIO[0]), np.log(CROP_RATIO[1]))))
+        w = round((area * scale * ratio) ** 0.5)
+        h = round((area * scale / ratio) ** 0.5)
+        if 0 < w <= width and 0 < h <= height:
+            crop_w, crop_h = w, h
+            break
+    left = int(rng.integers(0, width - crop_w + 1)) + round(rng.uniform(-SHIFT, SHIFT) * width)
+    top = int(rng.integers(0, height - crop_h + 1)) + round(rng.uniform(-SHIFT, SHIFT) * height)
+    return image.crop((left, top, left + crop_w, top + crop_h))
 
 
 def _size_text(path: Path) -> str:
@@ -116,7 +277,3 @@ def _size_text(path: Path) -> str:
     finally:
         Image.MAX_IMAGE_PIXELS = limit
     return f"{width}x{height} pixels ({width * height:,})"
-
-
-def _as_rgb(array: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
-    return np.repeat(array[..., None], 3, axis=-1) if array.ndim == 2 else array

@@ -53,6 +53,8 @@ class TrainConfig:
     checkpoint_every: int | None = None  # optimizer steps between resumable checkpoints
     resume: bool = False
     has_val: bool = False  # validation data was given (select_best needs it)
+    augment: str = "none"  # --augment: none or light (image training data only)
+    workers: int = 0  # --workers: data-loader worker processes
 
     @classmethod
     def of(cls, step_config: Any) -> TrainConfig:
@@ -73,6 +75,8 @@ class TrainConfig:
             "schedule",
             "checkpoint_every",
             "resume",
+            "augment",
+            "workers",
         )
         values = {n: getattr(step_config, n) for n in names if hasattr(step_config, n)}
         has_val = getattr(step_config, "val", None) is not None
@@ -139,6 +143,12 @@ class TrainConfig:
                     + ("(--select-best none)" if self.has_val else "(no --val)"),
                     hint="pass --val DATA (it selects nll by default) or --select-best METRIC",
                 )
+        from uqcompress.data.images import AUGMENTS
+
+        if self.augment not in AUGMENTS:
+            problems.add(
+                f"unknown --augment {self.augment!r}", hint=f"use one of: {', '.join(AUGMENTS)}"
+            )
         if self.grad_accum < 1:
             problems.add(
                 f"--grad-accum {self.grad_accum} must be at least 1",
@@ -180,6 +190,8 @@ class TrainResult:
     history: list[dict[str, Any]] = field(default_factory=list)
     steps: int = 0  # optimizer steps
     seconds: float = 0.0
+    # of `seconds`, the time the loop waited for the data loader's next batch
+    data_wait_seconds: float = 0.0
     best_epoch: int | None = None  # 1-based; the weights kept (with select_best)
     stopped_early: bool = False  # --patience ended the run
     resumed_from_step: int | None = None
@@ -396,7 +408,7 @@ def train(
                 generator.set_state(loop.epoch_generator)  # replay this epoch's order
             skip, loop.position, loop.epoch = loop.position, 0, epoch
             model.train()
-            for i, batch in enumerate(loader):
+            for i, batch in enumerate(_timed(loader, result)):
                 if i < skip:
                     continue  # done before the checkpoint this run resumed from
                 if result.steps >= total:
@@ -689,7 +701,9 @@ def fine_tune(
         )
     if transform is not None:
         loaded = transform(loaded)
-    encoded = encode(train_data, loaded, mapping.ids, max_length)
+    encoded = encode(
+        train_data, loaded, mapping.ids, max_length, augment=cfg.augment, workers=cfg.workers
+    )
     if encoded.truncated:
         notes["truncated"] = encoded.truncated
         warnings.append(f"{encoded.truncated} training texts were truncated to the max length")
@@ -698,7 +712,7 @@ def fine_tune(
     validate: Any = None
     if val_data is not None:
         val_ids = map_labels(val_data, loaded.labels, placeholder=False).ids
-        val_encoded = encode(val_data, loaded, val_ids, max_length)
+        val_encoded = encode(val_data, loaded, val_ids, max_length, workers=cfg.workers)
 
         def validate(model: Any) -> dict[str, float]:
             logits = predict_logits(model, val_encoded, device=cfg.device).member_logits
@@ -714,6 +728,20 @@ def fine_tune(
     )
     loaded.model.to("cpu")
     return FineTuned(loaded=loaded, result=result, notes=notes, warnings=warnings)
+
+
+def _timed(loader: Any, result: TrainResult) -> Iterator[Any]:
+    """The loader's batches, adding the time spent waiting for each to `result`."""
+    iterator = iter(loader)
+    while True:
+        start = time.perf_counter()
+        try:
+            batch = next(iterator)
+        except StopIteration:
+            result.data_wait_seconds += time.perf_counter() - start
+            return
+        result.data_wait_seconds += time.perf_counter() - start
+        yield batch
 
 
 def validation_metrics(member_logits: Any, labels: Any) -> dict[str, float]:

@@ -178,6 +178,8 @@ def metadata_for(
             "image_mean": list(p.image_mean),
             "image_std": list(p.image_std),
             "pixel_scale": "0..255",
+            # the image processor's config: resize/crop images of any size before the above
+            "processor": p.to_config(),
         }
         names = list(contract.IMAGE_INPUTS)
     noise: dict[str, str] = {}
@@ -229,12 +231,15 @@ def synthetic_examples(loaded: LoadedModel, count: int = 12, seed: int = 1) -> L
             labels=None,
             fingerprint="synthetic-text",
         )
+    from uqcompress.data.images import ArrayImages
+
     size, channels = int(loaded.config.image_size), int(loaded.config.num_channels)
-    images = rng.uniform(0, 255, size=(count, channels, size, size)).astype(np.float32)
+    shape = (count, size, size) if channels == 1 else (count, size, size, 3)
+    images = rng.integers(0, 256, size=shape).astype(np.uint8)
     return LabeledData(
         spec="synthetic",
         input_kind="image",
-        images=images,
+        images=ArrayImages(images),
         labels=None,
         fingerprint="synthetic-image",
     )
@@ -262,11 +267,14 @@ def check_parity(
     """
     import torch
 
-    from uqcompress.data.encoding import collate, encode
+    from uqcompress.data.encoding import collate, encode, encode_images
 
     subset = _concat(_head(data, PARITY_EXAMPLES), synthetic_examples(loaded))
     n = len(subset)
     encoded = encode(subset, loaded, np.zeros(n, dtype=np.int64))
+    raw = None
+    if subset.input_kind == "image":
+        raw = encode_images(subset, loaded.preprocessing, encoded.labels, normalise=False)
     report = ParityReport(atol=atol, examples=n, batch_size=PARITY_BATCH)
     parity = Parity(atol)
     agree = 0
@@ -279,8 +287,10 @@ def check_parity(
             onnx_inputs = predictor.encode_texts([subset.texts[i] for i in index])
             report.padded_batches += int((onnx_inputs["attention_mask"] == 0).any())
         else:
-            assert subset.images is not None
-            onnx_inputs = predictor.encode_pixels(subset.images[index])
+            # The Predictor takes the processor's resized pixels and rescales and normalises
+            # them itself, from its own metadata: that is what this compares.
+            assert raw is not None
+            onnx_inputs = predictor.encode_pixels(collate(raw, index)["pixel_values"].numpy())
         first = next(iter(onnx_inputs.values()))
         report.shapes.append("x".join(str(d) for d in first.shape))
         if predictor.noise is not None:  # both sides draw the same samples
@@ -309,9 +319,7 @@ def _concat(a: LabeledData, b: LabeledData) -> LabeledData:
         labels=None,
         fingerprint=a.fingerprint,
         texts=(a.texts or []) + (b.texts or []) if a.input_kind == "text" else None,
-        images=np.concatenate([a.images, b.images])
-        if a.images is not None and b.images is not None
-        else None,
+        images=a.images.concat(b.images) if a.images is not None and b.images is not None else None,
     )
 
 
@@ -322,5 +330,7 @@ def _head(data: LabeledData, n: int) -> LabeledData:
         labels=None,
         fingerprint=data.fingerprint,
         texts=data.texts[:n] if data.texts is not None else None,
-        images=data.images[:n] if data.images is not None else None,
+        images=data.images.subset(range(min(n, len(data.images))))
+        if data.images is not None
+        else None,
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import mmap
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -487,9 +488,15 @@ class Predictor:
         return self._batched(len(pixels), batch_size, lambda s: self.encode_pixels(pixels[s]))
 
     def _batched(self, n: int, batch_size: int, encode: Any) -> Prediction:
-        if n == 0:
+        return self.predict_batches(
+            encode(slice(i, i + batch_size)) for i in range(0, n, batch_size)
+        )
+
+    def predict_batches(self, batches: Iterable[dict[str, npt.NDArray[Any]]]) -> Prediction:
+        """Run already-encoded batches (`encode_texts`/`encode_pixels` outputs) one by one."""
+        parts = [self.run(batch) for batch in batches]
+        if not parts:
             raise DataError("nothing to predict: no examples", hint="pass non-empty data")
-        parts = [self.run(encode(slice(i, i + batch_size))) for i in range(0, n, batch_size)]
         return Prediction(
             member_logits=np.concatenate([p.member_logits for p in parts]),
             probs=np.concatenate([p.probs for p in parts]),

@@ -139,7 +139,14 @@ def distill(
     setattr(config, DIRECTOR_KEY, student.spec.to_dict())
     student.config = config
     ids = map_labels(train_data, teacher.labels, placeholder=False).ids
-    encoded = encode(train_data, teacher, ids, max_length)
+    encoded = encode(
+        train_data,
+        teacher,
+        ids,
+        max_length,
+        augment=train_cfg.augment,
+        workers=train_cfg.workers,
+    )
     loader = make_loader(encoded, train_cfg.batch_size, shuffle=True, seed=seed)
     family = teacher.family.name
     frozen_teacher: nn.Module = teacher.model
@@ -159,7 +166,7 @@ def distill(
     validate: Any = None
     if val_data is not None:
         val_ids = map_labels(val_data, teacher.labels, placeholder=False).ids
-        val_encoded = encode(val_data, teacher, val_ids, max_length)
+        val_encoded = encode(val_data, teacher, val_ids, max_length, workers=train_cfg.workers)
         val_loader = make_loader(val_encoded, train_cfg.batch_size)
 
         def validate(_model: Any) -> dict[str, float]:

@@ -30,6 +30,7 @@ class CalibrateConfig:
     label_column: str = fields.runtime("label")
     device: str = fields.device()
     threads: int | None = fields.threads()
+    workers: int = fields.workers()
 
     def validate(self) -> None:
         from uqcompress.uq.calibration import ABSTAIN_SCORES
@@ -111,6 +112,7 @@ def _calibrate_into(model_path: Path, data: Any, cfg: CalibrateConfig, writer: A
     from uqcompress.uq.functional import as_deployed
 
     source = TorchSource(model_path, "model", cfg.device)
+    source.workers = cfg.workers
     check_input_kind(data, source.input_kind, str(model_path))
     label_ids = map_labels(data, source.labels, placeholder=False).ids
     if cfg.abstain_coverage is not None and cfg.abstain_score == "mi" and source.members < 2:

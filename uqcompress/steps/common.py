@@ -217,6 +217,7 @@ def training_summary(result: Any, train_cfg: Any, examples: int) -> dict[str, An
         "steps": result.steps,
         "train_examples": examples,
         "train_seconds": round(result.seconds, 3),
+        "data_wait_seconds": round(result.data_wait_seconds, 3),
         "loss_curve": [round(v, 6) for v in result.loss_curve],
     }
     if result.val_curve and "acc" in result.val_curve[0]:

@@ -39,6 +39,11 @@ def threads() -> Any:
     return runtime(1, option_default=None)
 
 
+def workers() -> Any:
+    """`--workers`: data-loader worker processes; the results never depend on it."""
+    return runtime(0)
+
+
 def option(
     default: Any = dataclasses.MISSING,
     *,
@@ -87,6 +92,8 @@ class TrainingOptions:
     warmup: float = added(0.1)
     checkpoint_every: int | None = runtime(None)
     resume: bool = runtime(False)
+    augment: str = added("none")
+    workers: int = runtime(0)
 
 
 def resolve_training(cfg: Any) -> Any:
@@ -147,4 +154,10 @@ def problems(cfg: Any) -> Problems:
     `raise_any()` raises them all together."""
     found = non_finite(cfg)
     found.raise_any()
+    workers = getattr(cfg, "workers", 0)
+    if isinstance(workers, int) and workers < 0:
+        found.add(
+            f"--workers {workers} must be 0 or more",
+            hint="pass --workers 0 (read data in this process) or e.g. --workers 2",
+        )
     return found

@@ -37,6 +37,7 @@ class EvalConfig:
     label_column: str = fields.runtime("label")
     device: str = fields.device()
     threads: int | None = fields.threads()
+    workers: int = fields.workers()
 
     def validate(self) -> None:
         problems = fields.problems(self)
@@ -120,6 +121,8 @@ def run(
             open_source(p, role, cfg.device, cfg.threads, cfg.samples, cfg.sample_chunk)
             for p, role in zip(model_paths, roles, strict=True)
         ]
+        for source in sources:
+            source.workers = cfg.workers
         labels = sources[0].labels
         for source in sources[1:]:
             if source.labels != labels:

@@ -211,16 +211,27 @@ def run(
 def _batches(predictor: Any, data: Any, limit: int | None, size: int) -> list[dict[str, Any]]:
     """Encoded input batches of the first `limit` examples, preprocessed by the Predictor
     (as it preprocesses in deployment); a sampling model's noise drawn per batch."""
+    from uqcompress.data.dataset import LabeledData
     from uqcompress.export import contract
+    from uqcompress.steps.sources import onnx_pixel_batches
 
     n = len(data) if limit is None else min(limit, len(data))
+    if data.input_kind == "text":
+        encoded = [
+            predictor.encode_texts(data.texts[start : min(n, start + size)])
+            for start in range(0, n, size)
+        ]
+    else:
+        head = LabeledData(
+            spec=data.spec,
+            input_kind="image",
+            labels=None,
+            fingerprint=data.fingerprint,
+            images=data.images.subset(range(n)),
+        )
+        encoded = list(onnx_pixel_batches(predictor, head, size))
     batches = []
-    for start in range(0, n, size):
-        stop = min(n, start + size)
-        if data.input_kind == "text":
-            batch: dict[str, Any] = predictor.encode_texts(data.texts[start:stop])
-        else:
-            batch = predictor.encode_pixels(data.images[start:stop])
+    for batch in encoded:
         if predictor.noise is not None:
             batch[contract.NOISE_INPUT] = predictor.draw_noise(batch)
         batches.append(batch)

@@ -38,6 +38,7 @@ class ScoreConfig:
     label_column: str = fields.runtime("label")
     device: str = fields.device()
     threads: int | None = fields.threads()
+    workers: int = fields.workers()
 
     def validate(self) -> None:
         problems = fields.problems(self)
@@ -177,7 +178,7 @@ def _calibration_batches(loaded: Any, data: Any, cfg: ScoreConfig) -> list[dict[
     import numpy as np
 
     from uqcompress.data.dataset import LabeledData
-    from uqcompress.data.encoding import check_input_kind, collate, encode
+    from uqcompress.data.encoding import check_input_kind, encode, make_loader
     from uqcompress.data.labels import map_labels
 
     check_input_kind(data, loaded.input_kind, loaded.family.name)
@@ -190,16 +191,13 @@ def _calibration_batches(loaded: Any, data: Any, cfg: ScoreConfig) -> list[dict[
         fingerprint=data.fingerprint,
         labels=[data.labels[i] for i in pick] if data.labels is not None else None,
         texts=[data.texts[i] for i in pick] if data.texts is not None else None,
-        images=data.images[pick] if data.images is not None else None,
+        images=data.images.subset(pick.tolist()) if data.images is not None else None,
     )
-    encoded = encode(subset, loaded, ids[pick], cfg.max_length)
+    encoded = encode(subset, loaded, ids[pick], cfg.max_length, workers=cfg.workers)
     device = cfg.device
     return [
-        {
-            k: v.to(device)
-            for k, v in collate(encoded, list(range(i, min(count, i + cfg.batch_size)))).items()
-        }
-        for i in range(0, count, cfg.batch_size)
+        {k: v.to(device) for k, v in batch.items()}
+        for batch in make_loader(encoded, cfg.batch_size)
     ]
 
 

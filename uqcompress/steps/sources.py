@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -59,6 +61,7 @@ class PredictionSource(ABC):
     members: int
     parameters: int
     calibration: Calibration | None = None  # uqc calibrate: temperature, abstention rule
+    workers: int = 0  # data-loader worker processes that read and preprocess (--workers)
 
     @abstractmethod
     def predict(self, data: LabeledData, batch_size: int, max_length: int | None) -> MemberOutputs:
@@ -94,7 +97,13 @@ class TorchSource(PredictionSource):
         from uqcompress.engine.inference import predict_logits
         from uqcompress.uq.functional import as_deployed
 
-        encoded = encode(data, self.loaded, np.zeros(len(data), dtype=np.int64), max_length)
+        encoded = encode(
+            data,
+            self.loaded,
+            np.zeros(len(data), dtype=np.int64),
+            max_length,
+            workers=self.workers,
+        )
         self.truncated = encoded.truncated
         prediction = predict_logits(self.loaded.model, encoded, batch_size, self.device)
         member_logits = prediction.member_logits
@@ -145,8 +154,8 @@ class OnnxSource(PredictionSource):
             assert data.texts is not None
             result = self.predictor.predict_texts(data.texts, batch_size)
         else:
-            assert data.images is not None
-            result = self.predictor.predict_pixels(data.images, batch_size)
+            batches = onnx_pixel_batches(self.predictor, data, batch_size, self.workers)
+            result = self.predictor.predict_batches(batches)
         return MemberOutputs(
             member_logits=result.member_logits,
             probs=result.probs.astype(np.float64),
@@ -154,6 +163,25 @@ class OnnxSource(PredictionSource):
             mutual_info=result.mutual_info.astype(np.float64),
             seconds=time.perf_counter() - start,
         )
+
+
+def onnx_pixel_batches(
+    predictor: Any, data: LabeledData, batch_size: int, workers: int = 0
+) -> Iterator[dict[str, npt.NDArray[np.float32]]]:
+    """The Predictor's inputs for image data, batch by batch: the export's image processor
+    (from its metadata) resizes each image, the Predictor rescales and normalises.
+
+    Shape: yields pixel_values `[B, C, H, W]` float32.
+    """
+    from uqcompress.data.encoding import encode_images, make_loader
+    from uqcompress.models.preprocessing import ImagePreprocessing
+
+    prep = ImagePreprocessing.from_metadata(predictor.preprocessing)
+    raw = encode_images(
+        data, prep, np.zeros(len(data), dtype=np.int64), normalise=False, workers=workers
+    )
+    for batch in make_loader(raw, batch_size):
+        yield predictor.encode_pixels(batch["pixel_values"].numpy())
 
 
 def peek_source(path: Path, role: str) -> tuple[SourceRef, int]:
