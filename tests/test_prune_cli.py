@@ -98,7 +98,8 @@ def test_prune_with_scores_option_and_empty_layers(cli, tiny_vit_artifact: Path)
         (["--ratio", "1.0"], "outside [0, 1)"),
         (["--ratio", "-0.1"], "outside [0, 1)"),
         (["--ratio", "0.9", "--scope", "global"], "lets at most 6 go"),
-        (["--ratio", "0.9"], "at most 3 heads per layer"),
+        (["--ratio", "0.9"], "lets at most 6 go"),  # the default scope is global
+        (["--ratio", "0.9", "--scope", "layer"], "at most 3 heads per layer"),
         (["--ratio", "0.5", "--scope", "diagonal"], "unknown --scope"),
     ],
 )
