@@ -24,11 +24,14 @@ across calibration sets (lower is more stable; the paper's own table gives a per
 definition its text omits, so this is our reading).
 
     .venv/bin/python benchmarks/prune_protocols.py [--quick] [--seeds 3] [--ratio 0.5]
-        [--alphas 0.1,0.3,0.5,0.7,0.9] [--only hies,headmap] [--out DIR] [--markdown]
-        [--json FILE]
+        [--alphas 0.1,0.3,0.5,0.7,0.9] [--only hies,headmap] [--base MODEL] [--out DIR]
+        [--markdown] [--json FILE]
 
-Artifacts go to `--out` (default artifacts/prune-protocols[-quick]); a rerun reuses them (same
-ids), so only new configurations cost time. Timings depend on the machine and what else runs.
+`--base MODEL` prunes an existing model artifact instead (e.g. the demo's
+artifacts/demo/model-seed0). Artifacts go to `--out` (default
+artifacts/prune-protocols[-quick]); a rerun reuses them (same ids), so only new
+configurations cost time. Use `--threads 1` on a busy machine. Timings depend on the
+machine and what else runs.
 """
 
 from __future__ import annotations
@@ -205,6 +208,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--alphas", default="0.1,0.3,0.5,0.7,0.9", help="HIES alphas (global)")
     parser.add_argument("--only", default=None, help="comma-separated methods to run")
     parser.add_argument("--out", type=Path, default=None, help="artifact folder")
+    parser.add_argument(
+        "--base", type=Path, default=None, help="an already trained model artifact to prune"
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
     parser.add_argument("--markdown", action="store_true", help="print the table only")
@@ -222,7 +228,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if args.only:
         keep = {m.strip() for m in args.only.split(",")}
         chosen = [p for p in chosen if p.method in keep]
-    base = base_model(out, args.quick, args.threads)
+    base = args.base or base_model(out, args.quick, args.threads)
     unpruned = evaluate(base, out / "eval-unpruned", args.threads)
     rows = []
     for protocol in chosen:
