@@ -14,9 +14,10 @@
    graph that computes something else would show up there, not in timings.
 2. Scoring. Seconds each scoring method takes on 32 synthetic examples of the BERT-base shape
    (random token ids, sequence 128, all-ones attention mask, random labels, batch size 8):
-   taylor, hies, l2, random and circuit (keeping 50% of heads per layer). The full circuit search
-   on BERT-base is `circuit_evaluations` = 684 forward passes over all 32 examples (about 45
-   minutes on 2 cores), so full mode times its first `--circuit-evals` evaluations and extrapolates
+   taylor, hies, l2, random, headmap and greedy-circuit (both keeping 50% of heads per layer).
+   HeadMap's search on BERT-base is L*H = 144 forward passes over all 32 examples; uqc's greedy
+   search is `circuit_evaluations` = 684 (about 45 minutes on 2 cores), so full mode times
+   each search's first `--circuit-evals` evaluations and extrapolates
    (every evaluation is the same forward pass, only gate values differ: the per-evaluation cost
    is constant); `--circuit-evals 0` runs the whole search.
 
@@ -46,7 +47,7 @@ bert-base-uncased's 30522 tokens and roberta-base's 50265, so that their paramet
 therefore the parameter ratios, are the real ones; embeddings add no FLOPs.
 
 `--quick` is a smoke run (about 2 minutes on 2 cores): 2 layers of each of the four shapes for
-pruning, 3 repeats, and scoring (all five methods, circuit search run in full) on the tiny
+pruning, 3 repeats, and scoring (all six methods, circuit searches run in full) on the tiny
 preset (2 layers, 4 heads, hidden 32) at sequence 128. Scoring always runs on BERT, whatever
 `--models` picks. Timings depend on the machine and what else runs on it; nothing here asserts
 on them.
@@ -387,19 +388,28 @@ class _EnoughEvaluations(Exception):
 
 
 def time_circuit(
-    loaded: LoadedModel, batches: list[dict[str, Any]], limit: int
+    loaded: LoadedModel, batches: list[dict[str, Any]], limit: int, method: str = "greedy-circuit"
 ) -> tuple[float, int, int]:
-    """(seconds, evaluations, evaluations run) of the circuit search at CIRCUIT_RATIO.
+    """(seconds, evaluations, evaluations run) of a circuit search at CIRCUIT_RATIO:
+    `greedy-circuit` (uqc's greedy forward search) or `headmap` (HeadMap's locating).
 
     With `0 < limit < evaluations`, only the first `limit` evaluations run and the seconds
     are extrapolated linearly to the whole search.
     """
-    from uqcompress.methods.scoring import circuit_evaluations, circuit_scores
+    from uqcompress.methods.scoring import (
+        circuit_evaluations,
+        circuit_scores,
+        headmap_evaluations,
+        headmap_scores,
+    )
     from uqcompress.models.head_gates import heads_per_layer
 
     counts = heads_per_layer(loaded)
     keep = [h - round(CIRCUIT_RATIO * h) for h in counts]
-    total = circuit_evaluations(keep, counts[0])
+    if method == "headmap":
+        search, total = headmap_scores, headmap_evaluations(counts)
+    else:
+        search, total = circuit_scores, circuit_evaluations(keep, counts[0])
     done = 0
 
     def progress(count: int, _total: int) -> None:
@@ -410,7 +420,7 @@ def time_circuit(
 
     start = time.perf_counter()
     with contextlib.suppress(_EnoughEvaluations):  # the sampled evaluations are done
-        circuit_scores(loaded, batches, keep, progress=progress)
+        search(loaded, batches, keep, progress=progress)
     seconds = time.perf_counter() - start
     return seconds * total / max(done, 1), total, done
 
@@ -440,9 +450,10 @@ def measure_scoring(args: argparse.Namespace) -> tuple[Shape, list[ScoreRow]]:
         log(f"scoring: {name}")
         rows.append(ScoreRow(name, timed(fn)))
     limit = 0 if args.quick else args.circuit_evals
-    log(f"scoring: circuit ({'all' if limit == 0 else limit} evaluations)")
-    seconds, total, done = time_circuit(loaded, batches, limit)
-    rows.append(ScoreRow("circuit", seconds, total, done if done < total else None))
+    for method in ("headmap", "greedy-circuit"):
+        log(f"scoring: {method} ({'all' if limit == 0 else limit} evaluations)")
+        seconds, total, done = time_circuit(loaded, batches, limit, method)
+        rows.append(ScoreRow(method, seconds, total, done if done < total else None))
     return shape, rows
 
 
@@ -535,8 +546,8 @@ def scoring_table(shape: Shape, rows: Sequence[ScoreRow], args: argparse.Namespa
         body.append([row.method, evaluations, seconds, note])
     title = (
         f"Head scoring on {shape.name} ({SCORE_EXAMPLES} examples, sequence {args.seq_len}, "
-        f"batch {SCORE_BATCH}, torch {args.threads} threads; circuit keeps "
-        f"{1 - CIRCUIT_RATIO:.0%} of heads per layer, and each of its evaluations is a "
+        f"batch {SCORE_BATCH}, torch {args.threads} threads; the circuit searches keep "
+        f"{1 - CIRCUIT_RATIO:.0%} of heads per layer, and each of their evaluations is a "
         f"forward pass over all {SCORE_EXAMPLES} examples)"
     )
     return Table(title, ["method", "evaluations", "seconds", "note"], body, left=(0, 3))

@@ -293,7 +293,11 @@ def _circuit_scores(tmp: Path, f: dict[str, Path], members: int) -> Path:
     from uqcompress.steps import score
 
     cfg = score.ScoreConfig(
-        method="circuit", data="builtin:digits@val", calib_size=8, ratio=0.5, members=members
+        method="greedy-circuit",
+        data="builtin:digits@val",
+        calib_size=8,
+        ratio=0.5,
+        members=members,
     )
     return score.run(f["vit"], cfg, tmp / f"circuit{members}").artifact.path
 
@@ -586,6 +590,34 @@ ROWS: dict[str, tuple[Case, str]] = {
     "one circuit for several members": (
         lambda t, f: ["prune", str(_circuit_scores(t, f, 1)), "--members", "2", "--ratio", "0.5"],
         "hold 1 searched circuit(s)",
+    ),
+    "headmap members without a pool each": (
+        lambda t, f: [
+            "score",
+            str(f["vit"]),
+            "--method",
+            "headmap",
+            "--data",
+            "builtin:digits@val",
+            "--ratio",
+            "0.5",
+            "--members",
+            "2",
+        ],
+        "would search the same lowest-loss examples for every member",
+    ),
+    "--calib-pool with another method": (
+        lambda t, f: [
+            "score",
+            str(f["vit"]),
+            "--method",
+            "hies",
+            "--data",
+            "builtin:digits@val",
+            "--calib-pool",
+            "64",
+        ],
+        "--calib-pool is used by --method headmap only",
     ),
     "members from an unevenly pruned model": (
         _uneven_members,

@@ -25,8 +25,9 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-METHODS = ("random", "l2", "taylor", "hies", "circuit")
-DATA_METHODS = ("taylor", "hies", "circuit")  # score methods that run the model on data
+METHODS = ("random", "l2", "taylor", "hies", "headmap", "greedy-circuit")
+DATA_METHODS = ("taylor", "hies", "headmap", "greedy-circuit")
+SEARCHED = ("headmap", "greedy-circuit")  # searched sets of heads, kept as searched by prune
 CALIB_SIZE = "8"
 CIRCUIT_RATIO = "0.5"
 PRUNE_PARITY_ATOL = 1e-5  # pruned vs gated: the same function up to float round-off
@@ -184,13 +185,15 @@ class Chain:
         extra: list[object] = []
         if method in DATA_METHODS:
             extra += ["--data", self.train, "--calib-size", CALIB_SIZE]
-        if method == "circuit":
+        if method in SEARCHED:
             extra += ["--ratio", CIRCUIT_RATIO]
         return self.step(f"scores-{method}-{model}", "score", source, "--method", method, *extra)
 
     def pruned(self, method: str) -> Path:
         """Half the heads of every layer removed, ranked by `method`'s scores."""
-        return self.step(f"pruned-{method}", "prune", self.scores(method), "--ratio", "0.5")
+        return self.step(
+            f"pruned-{method}", "prune", self.scores(method), "--ratio", "0.5", "--scope", "layer"
+        )
 
     @property
     def uneven(self) -> Path:
@@ -300,7 +303,7 @@ def test_score_rates_every_head(chain: Chain, method: str) -> None:
     score = head_scores(path)
     assert score.shape == chain.shape
     assert np.isfinite(score).all()
-    if method == "circuit":  # a searched set of heads, kept as searched by prune
+    if method in SEARCHED:  # a searched set of heads, kept as searched by prune
         layers, _ = chain.shape
         kept = summary(path)["kept_heads"]
         assert [len(k) for k in kept] == [chain.half] * layers

@@ -16,14 +16,14 @@ def _score(cli, model: Path, *args: str) -> str:  # type: ignore[no-untyped-def]
     return result.out.strip()
 
 
-@pytest.mark.parametrize("method", ["taylor", "hies", "circuit", "random", "l2"])
+@pytest.mark.parametrize("method", ["taylor", "hies", "headmap", "greedy-circuit", "random", "l2"])
 def test_score_pipe_prune_for_bert_with_every_method(
     cli,
     method: str,
     trained_bert_artifact: Path,
     sentiment_csv: dict[str, Path],  # type: ignore[no-untyped-def]
 ) -> None:
-    extra = ["--ratio", "0.5"] if method == "circuit" else []
+    extra = ["--ratio", "0.5"] if method in ("headmap", "greedy-circuit") else []
     scores = _score(
         cli,
         trained_bert_artifact,
@@ -98,7 +98,8 @@ def test_prune_with_scores_option_and_empty_layers(cli, tiny_vit_artifact: Path)
         (["--ratio", "1.0"], "outside [0, 1)"),
         (["--ratio", "-0.1"], "outside [0, 1)"),
         (["--ratio", "0.9", "--scope", "global"], "lets at most 6 go"),
-        (["--ratio", "0.9"], "at most 3 heads per layer"),
+        (["--ratio", "0.9"], "lets at most 6 go"),  # the default scope is global
+        (["--ratio", "0.9", "--scope", "layer"], "at most 3 heads per layer"),
         (["--ratio", "0.5", "--scope", "diagonal"], "unknown --scope"),
     ],
 )

@@ -20,7 +20,13 @@ SHIPPED = {
     "director-vit-digits.toml",
     "compare-digits.toml",
     "hydra-bert-csv.toml",
+    "hydra-taylor-vit-digits.toml",
+    "hydra-circ-vit-digits.toml",
+    "hies-sweep-vit-digits.toml",
 }
+# The papers' own protocols, in the quick form each recipe's header gives (tiny ViTs, short
+# training, no gate): the wiring and the protocol, not the accuracy.
+QUICK = ["vars.preset=tiny", "vars.epochs=1", "gate.acc=>= 0"]
 
 
 def test_recipes_are_shipped() -> None:
@@ -62,3 +68,64 @@ def test_compare_recipe_runs_every_method(cli: Callable[..., Any], tmp_path: Pat
         (Path(report["steps"]["eval_calibrated"]["path"]) / "metrics.json").read_text()
     )
     assert "temperature" in calibrated and "abstain_risk" in calibrated
+
+
+def _quick(cli: Callable[..., Any], name: str, *extra: str) -> dict[str, Any]:
+    path = Path(__file__).parent.parent / "recipes" / name
+    args = [arg for item in [*QUICK, *extra] for arg in ("--set", item)]
+    result = cli("run", path, "--json", *args)
+    assert result.code == 0, result.err[-3000:]
+    report: dict[str, Any] = json.loads(result.out)
+    return report
+
+
+def _summary(report: dict[str, Any], step: str) -> dict[str, Any]:
+    manifest = json.loads((Path(report["steps"][step]["path"]) / "manifest.json").read_text())
+    summary: dict[str, Any] = manifest["summary"]
+    return summary
+
+
+@pytest.mark.parametrize(
+    ("name", "score_step", "method"),
+    [
+        ("hydra-taylor-vit-digits.toml", "scores", "taylor"),
+        ("hydra-circ-vit-digits.toml", "circuit", "headmap"),
+    ],
+)
+def test_hydra_paper_recipes_select_fine_tune_and_fuse_members(
+    cli: Callable[..., Any], name: str, score_step: str, method: str
+) -> None:
+    report = _quick(cli, name, "vars.member_epochs=1")
+    kept = []
+    for m in range(3):
+        scores = _summary(report, f"{score_step}{m}")
+        assert scores["method"] == method
+        member = _summary(report, f"member{m}")
+        # k = H/M: 1 of the tiny ViT's 4 heads in every layer, per MHA block
+        assert member["heads_per_layer"] == [1, 1]
+        if method == "headmap":  # the searched circuit, kept as searched
+            assert scores["evaluations"] == 8 and scores["calibration_set"] == "lowest-loss"
+            assert member["kept_heads"] == scores["kept_heads"]
+        kept.append(member["kept_heads"])
+        assert _summary(report, f"tuned{m}")["epochs"] == 1  # each member fine-tuned alone
+    hydra = _summary(report, "hydra")
+    assert hydra["members"] == 3
+    assert _summary(report, "eval")["members"] == 3
+    assert report["gate"]["passed"]
+
+
+def test_hies_sweep_recipe_prunes_globally_for_every_alpha(cli: Callable[..., Any]) -> None:
+    report = _quick(cli, "hies-sweep-vit-digits.toml")
+    alphas = {"01": 0.1, "03": 0.3, "05": 0.5, "07": 0.7, "09": 0.9}
+    for tag, alpha in alphas.items():
+        manifest = json.loads(
+            (Path(report["steps"][f"hies{tag}"]["path"]) / "manifest.json").read_text()
+        )
+        assert manifest["config"]["alpha"] == alpha
+        pruned = _summary(report, f"pruned{tag}")
+        assert pruned["scope"] == "global" and pruned["heads_after"] == 4
+    assert _summary(report, "pruned05_layer")["heads_per_layer"] == [2, 2]
+    table = json.loads((Path(report["path"]) / "comparison.json").read_text())
+    rows = table["rows"] if isinstance(table, dict) else table
+    assert len(rows) == 7
+    assert report["gate"]["step"] == "eval05"

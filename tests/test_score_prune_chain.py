@@ -20,8 +20,8 @@ DATA = ("--data", "builtin:digits@val", "--calib-size", "8")
 
 
 def _score(cli: Any, model: str, method: str, *extra: str) -> tuple[str, torch.Tensor]:
-    args = [*DATA] if method in ("taylor", "hies", "circuit") else []
-    if method == "circuit":
+    args = [*DATA] if method in ("taylor", "hies", "headmap", "greedy-circuit", "circuit") else []
+    if method in ("headmap", "greedy-circuit", "circuit"):
         args += ["--ratio", "0.5"]
     path = ok(cli("score", model, "--method", method, *args, *extra))
     artifact = open_artifact(Path(path), expect_kind="scores")
@@ -32,13 +32,15 @@ def _heads(model: str) -> list[int]:
     return list(open_artifact(Path(model)).manifest.summary["heads_per_layer"])
 
 
-@pytest.mark.parametrize("method", ["random", "l2", "taylor", "hies", "circuit"])
+@pytest.mark.parametrize(
+    "method", ["random", "l2", "taylor", "hies", "headmap", "greedy-circuit", "circuit"]
+)
 def test_score_prune_score_prune_removes_heads_each_time(
     cli: Any, tiny_vit_artifact: Path, method: str
 ) -> None:
     scores, score = _score(cli, str(tiny_vit_artifact), method)
     assert tuple(score.shape) == (2, 4)
-    once = ok(cli("prune", scores, "--ratio", "0.5"))
+    once = ok(cli("prune", scores, "--ratio", "0.5", "--scope", "layer"))
     assert _heads(once) == [2, 2]
 
     scores2, score2 = _score(cli, once, method)
@@ -51,12 +53,12 @@ def test_score_prune_score_prune_removes_heads_each_time(
     pruned = open_artifact(Path(twice)).manifest.summary
     assert pruned["heads_before"] == 4 and pruned["heads_after"] == 2, method
     assert _heads(twice) == [1, 1]
-    if method == "circuit":  # kept exactly what the second search kept
+    if method in ("headmap", "greedy-circuit", "circuit"):  # kept as the second search kept
         kept = [[int(h) for h in layer] for layer in summary["kept_heads"]]
         assert [len(k) for k in kept] == [1, 1]
 
 
-@pytest.mark.parametrize("method", ["random", "l2", "taylor", "hies", "circuit"])
+@pytest.mark.parametrize("method", ["random", "l2", "taylor", "hies", "headmap", "greedy-circuit"])
 def test_an_unevenly_pruned_model_scores_with_nan_for_absent_heads(
     cli: Any, tiny_vit_artifact: Path, method: str
 ) -> None:
@@ -145,3 +147,61 @@ def test_gumbel_members_from_score_sets_use_their_mean(cli: Any, tiny_vit_artifa
 
 
 # --------------------------------------------------------------------------- bad-input rows
+
+
+# --------------------------------------------------------------------------- headmap, the alias
+
+
+def test_headmap_members_keep_their_own_lowest_loss_circuits(
+    cli: Any, tiny_vit_artifact: Path
+) -> None:
+    path, score = _score(
+        cli, str(tiny_vit_artifact), "headmap", "--members", "2", "--calib-pool", "32"
+    )
+    assert tuple(score.shape) == (2, 2, 4)
+    summary = open_artifact(Path(path)).manifest.summary
+    assert summary["method"] == "headmap" and summary["evaluations"] == 8  # L*H per member
+    assert summary["calibration_set"] == "lowest-loss" and summary["calibration_pool"] == 32
+    assert summary["calibration_loss_max"] <= summary["pool_loss_mean"] * 2
+    for m, kept in enumerate(summary["kept_heads"]):
+        # HeadMap keeps, per layer, the heads whose masking raised the loss most
+        for layer, heads in enumerate(kept):
+            row = score[m, layer]
+            assert sorted(heads) == sorted(int(h) for h in row.argsort(descending=True)[:2])
+    members = ok(cli("prune", path, "--members", "2", "--ratio", "0.5"))
+    assert open_artifact(Path(members)).manifest.summary["kept_heads"] == summary["kept_heads"]
+
+
+def test_headmap_members_need_a_pool_each(cli: Any, tiny_vit_artifact: Path) -> None:
+    result = cli(
+        "score", str(tiny_vit_artifact), "--method", "headmap", *DATA, "--ratio", "0.5",
+        "--members", "2",
+    )  # fmt: skip
+    assert result.code == 1 and "--calib-pool" in result.err
+
+
+def test_circuit_is_the_old_name_of_greedy_circuit(cli: Any, tiny_vit_artifact: Path) -> None:
+    old = cli("score", str(tiny_vit_artifact), "--method", "circuit", *DATA, "--ratio", "0.5")
+    assert old.code == 0, old.err
+    assert "now called greedy-circuit" in old.err
+    new = ok(cli("score", str(tiny_vit_artifact), "--method", "greedy-circuit", *DATA,
+                 "--ratio", "0.5"))  # fmt: skip
+    assert old.out.strip() == new  # the same artifact: the alias is resolved before the id
+    assert open_artifact(Path(new)).manifest.summary["method"] == "greedy-circuit"
+
+
+def test_prune_scope_defaults_to_global_for_one_model_and_layer_for_members(
+    cli: Any, tiny_vit_artifact: Path
+) -> None:
+    scores, score = _score(cli, str(tiny_vit_artifact), "l2")
+    default = ok(cli("prune", scores, "--ratio", "0.5"))
+    one = open_artifact(Path(default)).manifest
+    explicit = ok(cli("prune", scores, "--ratio", "0.5", "--scope", "global"))
+    assert one.summary["scope"] == "global" and one.config["scope"] == "global"
+    assert default == explicit  # the default is resolved before the id
+    from uqcompress.methods.pruning import select_heads
+
+    assert one.summary["kept_heads"] == select_heads(score, 0.5, "global")
+    members = open_artifact(Path(ok(cli("prune", scores, "--members", "2", "--select",
+                                        "partition")))).manifest  # fmt: skip
+    assert members.config["scope"] == "layer"

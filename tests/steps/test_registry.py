@@ -128,14 +128,15 @@ def test_one_problem_reads_as_before_and_several_are_listed_together() -> None:
     with pytest.raises(ConfigError) as one:
         ScoreConfig(method="nope").validate()
     assert one.value.message == "unknown --method 'nope'"
-    assert one.value.hint == "use one of: taylor, hies, circuit, random, l2"
+    assert one.value.hint == "use one of: taylor, hies, headmap, greedy-circuit, random, l2"
 
     with pytest.raises(ConfigProblems) as several:
         ScoreConfig(method="nope", members=0, calib_size=0).validate()
     lines = several.value.message.splitlines()
     assert lines[0] == "3 problems with the options:"
-    assert (
-        lines[1] == "  unknown --method 'nope' (fix: use one of: taylor, hies, circuit, random, l2)"
+    assert lines[1] == (
+        "  unknown --method 'nope' (fix: use one of: taylor, hies, headmap, greedy-circuit, "
+        "random, l2)"
     )
     assert lines[2].startswith("  --members 0 must be at least 1 (fix: ")
     assert lines[3].startswith("  --calib-size 0 must be at least 1 (fix: ")

@@ -36,13 +36,16 @@ def prune(
         ),
     ] = None,
     scope: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--scope",
-            help="layer (the same share per layer) or global "
-            "(lowest scores anywhere; uneven heads per layer).",
+            help="global (the lowest scores anywhere go, uneven heads per layer: HIES's and "
+            "Michel et al.'s selection) or layer (the same share per layer). Default: global "
+            "for one model, layer for --members; searched circuits (headmap, greedy-circuit) "
+            "are kept as searched.",
+            show_default=False,
         ),
-    ] = "layer",
+    ] = None,
     min_heads_per_layer: Annotated[
         int,
         typer.Option(
@@ -64,7 +67,8 @@ def prune(
             "uqc score --members M), gumbel (Gumbel-top-k sampling from one ranking) "
             "or partition (ranked heads dealt round-robin: no shared head). gumbel and "
             "partition rank by the mean of all score sets when given several. Circuit "
-            "scores take topk only: member m keeps circuit m as searched.",
+            "scores (headmap, greedy-circuit) take topk only: member m keeps circuit m "
+            "as searched.",
         ),
     ] = "topk",
     unit: Annotated[

@@ -25,12 +25,20 @@ from uqcompress.cli.options import (
 def score(
     model: Annotated[str, typer.Argument(help="Model artifact or transformers dir ('-': stdin).")],
     method: Annotated[
-        str, typer.Option("--method", help="taylor, hies, circuit, random or l2.")
+        str,
+        typer.Option(
+            "--method",
+            help="taylor, hies, headmap (HeadMap's layer-conditioned circuit locating, as "
+            "Hydra-Circ uses it), greedy-circuit (uqc's own greedy forward search; 'circuit' "
+            "is its old name), random or l2.",
+        ),
     ] = "hies",
     data: Annotated[
         str | None,
         typer.Option(
-            "--data", help="Labelled calibration data (taylor, hies, circuit).", show_default=False
+            "--data",
+            help="Labelled calibration data (taylor, hies, headmap, greedy-circuit).",
+            show_default=False,
         ),
     ] = None,
     calib_size: Annotated[
@@ -54,14 +62,18 @@ def score(
     ood: Annotated[
         str | None,
         typer.Option(
-            "--ood", help="circuit: OOD data for the uncertainty objective.", show_default=False
+            "--ood",
+            help="headmap, greedy-circuit: OOD data for the uncertainty objective "
+            "(AUROC - NLL / ln C; ours).",
+            show_default=False,
         ),
     ] = None,
     ratio: Annotated[
         float | None,
         typer.Option(
             "--ratio",
-            help="circuit: fraction of heads per layer to remove (the search keeps the rest).",
+            help="headmap, greedy-circuit: fraction of heads per layer to remove (the search "
+            "keeps the rest).",
             show_default=False,
         ),
     ] = None,
@@ -73,6 +85,16 @@ def score(
             "(seed + m), for M ensemble members.",
         ),
     ] = 1,
+    calib_pool: Annotated[
+        int | None,
+        typer.Option(
+            "--calib-pool",
+            help="headmap: examples (a seeded subset of --data; default all of it) whose "
+            "--calib-size lowest-loss ones are the calibration set, as HeadMap picks them. "
+            "Needed with --members (member m draws its pool with seed + m).",
+            show_default=False,
+        ),
+    ] = None,
     seed: Seed = 0,
     batch_size: BatchSize = 16,
     max_length: MaxLength = None,
@@ -105,6 +127,7 @@ def score(
         "ood": ood,
         "ratio": ratio,
         "members": members,
+        "calib_pool": calib_pool,
         "seed": seed,
         "batch_size": batch_size,
         "max_length": max_length,

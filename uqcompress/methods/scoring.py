@@ -1,4 +1,5 @@
-"""Attention-head importance scores: Taylor (Michel et al.), HIES, circuit search, L2, random.
+"""Attention-head importance scores: Taylor (Michel et al.), HIES, HeadMap, greedy circuit, L2,
+random.
 
 Every scorer returns a float32 `[L, H]` tensor on CPU (layer, head); higher means more
 important, i.e. kept first by `methods/pruning.py`. Head counts come from the model itself
@@ -49,10 +50,14 @@ __all__ = [
     "attention_entropy",
     "circuit_evaluations",
     "circuit_scores",
+    "example_losses",
     "gate_gradient",
     "head_counts",
+    "headmap_evaluations",
+    "headmap_scores",
     "hies_scores",
     "l2_scores",
+    "lowest_loss",
     "minmax",
     "pad_rows",
     "random_head_scores",
@@ -487,7 +492,137 @@ def hies_scores(
     return {"score": score.float(), "his": his.float(), "ae": ae.float()}
 
 
-# --------------------------------------------------------------------------- circuit search
+# --------------------------------------------------------------------------- HeadMap
+
+
+def example_losses(loaded: LoadedModel, batches: Iterable[Batch]) -> Tensor:
+    """Per-example cross-entropy of the full (ungated) model, forward passes only, in eval mode.
+
+    HeadMap calibrates on the examples the model already gets right with the lowest loss; this
+    is the loss it ranks them by.
+
+    Shape: -> `[N]` float64 on CPU (N = the examples of all batches, in order).
+    """
+    model = loaded.model
+    device = _device(model)
+    losses: list[Tensor] = []
+    with torch.no_grad(), _eval_mode(model):
+        for batch in batches:
+            inputs, labels = _split(batch, device)
+            logits = model(**inputs).logits.to(torch.float64)
+            losses.append(F.cross_entropy(logits, labels, reduction="none").cpu())
+    if not losses:
+        return torch.zeros(0, dtype=torch.float64)
+    return torch.cat(losses)
+
+
+def lowest_loss(losses: Tensor, count: int) -> list[int]:
+    """The indices of the `count` lowest losses, ties towards the lower index, sorted
+    (HeadMap's `topk(-losses, k=limit)`, made deterministic).
+
+    Shape: losses `[N]` -> min(count, N) indices.
+    """
+    order = sorted(range(losses.numel()), key=lambda i: (float(losses[i]), i))
+    return sorted(order[: max(0, count)])
+
+
+def headmap_evaluations(num_heads: int | list[int], num_layers: int | None = None) -> int:
+    """Loss evaluations HeadMap's layer-conditioned search runs: one per head, i.e. sum H_l
+    (L*H for an unpruned model). `num_heads`: the head count of every layer (then pass
+    `num_layers`), or one count per layer."""
+    if isinstance(num_heads, int):
+        return num_heads * int(num_layers or 0)
+    return sum(num_heads)
+
+
+def headmap_scores(
+    loaded: LoadedModel,
+    batches: Iterable[Batch],
+    keep_per_layer: list[int],
+    *,
+    ood_batches: Iterable[Batch] | None = None,
+    progress: Progress | None = None,
+) -> tuple[Tensor, list[list[int]]]:
+    """HeadMap's layer-conditioned circuit locating (Wang et al., ICLR 2025; `locating.py`,
+    `layer_conditioned_locating`), the search Hydra-Circ uses. Forward passes only.
+
+    C starts empty. For layer l = 0..L-1, for every head h of layer l, the loss U is evaluated
+    with the heads C + {(l, h)} masked (gate 0) and every other head open. The `keep_per_layer[l]`
+    heads with the highest U (masking them hurts most; ties -> lower head index) join C and
+    stay masked while later layers are searched. C is the circuit: the heads kept. Cost: one
+    evaluation per head, sum H_l (`headmap_evaluations`).
+
+    U (higher = worse): the mean cross-entropy over `batches` (HeadMap's loss; the caller
+    picks the batches, HeadMap uses the lowest-loss examples, see `lowest_loss`). With
+    `ood_batches`: NLL_in / ln C - AUROC(predictive entropy in vs OOD), the negated
+    objective of `circuit_scores` (Hydra-Circ's "uncertainty validation set" loss is not
+    published; this one is ours).
+
+    Score: U itself, HeadMap's `scores` table: per layer the loss with that head masked on top
+    of C. Scores rank heads within a layer only (each layer is measured with a different C).
+    Absent slots of a pruned model's shorter layers are NaN.
+
+    Returns (score, kept): kept[l] is the sorted list of heads kept in layer l.
+
+    Shape: -> score `[L, H]` float32 on CPU.
+    """
+    counts = head_counts(loaded)
+    keep = _check_keep(keep_per_layer, counts)
+    model = loaded.model
+    cached_in, cached_ood = _cache_batches(model, batches, ood_batches)
+    total = headmap_evaluations(counts)
+    done = 0
+    score = torch.zeros(len(counts), max(counts), dtype=torch.float32)
+    score[absent_slots(counts)] = math.nan
+    kept: list[list[int]] = []
+    # gate values of the search state: 0 for the heads in C, 1 elsewhere
+    state = [torch.ones(heads) for heads in counts]
+    with torch.no_grad(), _eval_mode(model), HeadGates(loaded) as gates:
+        for layer, num_heads in enumerate(counts):
+            losses: dict[int, float] = {}
+            for head in range(num_heads):
+                state[layer][head] = 0.0
+                gates.set(state)
+                value = -_objective(model, cached_in, cached_ood)
+                state[layer][head] = 1.0
+                # NaN compares false with everything: rank it as the least harmful instead.
+                losses[head] = value if not math.isnan(value) else -math.inf
+                score[layer, head] = float(value)
+                done += 1
+                if progress is not None:
+                    progress(done, total)
+            ranked = sorted(range(num_heads), key=lambda h: (-losses[h], h))
+            chosen = sorted(ranked[: keep[layer]])
+            # Later layers are searched with this layer's circuit heads masked.
+            for head in chosen:
+                state[layer][head] = 0.0
+            kept.append(chosen)
+    return score, kept
+
+
+def _cache_batches(
+    model: nn.Module, batches: Iterable[Batch], ood_batches: Iterable[Batch] | None
+) -> tuple[list[tuple[dict[str, Any], Tensor]], list[dict[str, Any]] | None]:
+    """Every batch moved to the model's device once, to be reused by every evaluation."""
+    device = _device(model)
+    cached_in = [_split(batch, device) for batch in batches]
+    if not cached_in or sum(labels.shape[0] for _, labels in cached_in) == 0:
+        raise DataError(
+            "no calibration examples: the batches were empty",
+            hint="pass a non-empty calibration set (--data, --calib-size)",
+        )
+    cached_ood: list[dict[str, Any]] | None = None
+    if ood_batches is not None:
+        cached_ood = [_split(batch, device, need_labels=False)[0] for batch in ood_batches]
+        if not cached_ood:
+            raise DataError(
+                "the OOD set has no batches",
+                hint="pass a non-empty OOD set (--ood), or leave it out for the NLL objective",
+            )
+    return cached_in, cached_ood
+
+
+# --------------------------------------------------------------------------- greedy circuit search
 
 
 def circuit_evaluations(keep_per_layer: list[int], num_heads: int | list[int]) -> int:
@@ -553,8 +688,10 @@ def circuit_scores(
     ood_batches: Iterable[Batch] | None = None,
     progress: Progress | None = None,
 ) -> tuple[Tensor, list[list[int]]]:
-    """Layer-conditioned greedy circuit search (Hydra-Circ / HeadMap), forward passes only.
+    """uqc's greedy forward circuit search (`--method greedy-circuit`), forward passes only.
 
+    NOT HeadMap's algorithm (that is `headmap_scores`): this search grows a circuit one head at
+    a time with only the chosen heads open in earlier layers, and has its own objective.
     Layers are visited in order 0..L-1. Earlier layers are restricted to their chosen heads
     (others gated to 0), later layers are fully open. In layer l, heads are picked one at a
     time: for every head not yet kept, the objective is evaluated with this layer's gates =
@@ -580,21 +717,7 @@ def circuit_scores(
     counts = head_counts(loaded)
     keep = _check_keep(keep_per_layer, counts)
     model = loaded.model
-    device = _device(model)
-    cached_in = [_split(batch, device) for batch in batches]
-    if not cached_in or sum(labels.shape[0] for _, labels in cached_in) == 0:
-        raise DataError(
-            "no calibration examples: the batches were empty",
-            hint="pass a non-empty calibration set (--data, --calib-size)",
-        )
-    cached_ood: list[dict[str, Any]] | None = None
-    if ood_batches is not None:
-        cached_ood = [_split(batch, device, need_labels=False)[0] for batch in ood_batches]
-        if not cached_ood:
-            raise DataError(
-                "the OOD set has no batches",
-                hint="pass a non-empty OOD set (--ood), or leave it out for the NLL objective",
-            )
+    cached_in, cached_ood = _cache_batches(model, batches, ood_batches)
     total = circuit_evaluations(keep, counts)
     done = 0
     score = torch.zeros(len(counts), max(counts), dtype=torch.float32)

@@ -1,14 +1,14 @@
 """`uqc demo`: the toolchain on scikit-learn's digits, end to end.
 
 init + finetune three ViTs (seeds 0, 1, 2), export the first to ONNX (parity-checked); prune
-the first (HIES, 50% of heads) and fine-tune it; make a Hydra ensemble of it (3 members that
-share no head, fused, fine-tuned jointly) and export that too; train a Singular Value Ensemble
-of it and distil it into a DIRECTOR student (Hydra and SVE keep the epoch of lowest NLL on
-`digits@val`, the others their last epoch); then evaluate the single ViT, its ONNX export,
-the pruned model, the 3-ViT deep ensemble, the Hydra model (torch, ONNX and its dynamic int8
-ONNX, `uqc quantize` behind its drift gate), the SVE, the DIRECTOR student and the MC Dropout
-baseline (the first ViT, 10 dropout samples) on `digits@test`, with `builtin:photo-patches`
-as out-of-distribution data.
+the first (HIES, 50% of heads, selected globally) and fine-tune it; make a Hydra ensemble of
+it (3 members that share no head, fused, fine-tuned jointly) and export that too; train a
+Singular Value Ensemble of it and distil it into a DIRECTOR student (Hydra and SVE keep the
+epoch of lowest NLL on `digits@val`, the others their last epoch); then evaluate the single
+ViT, its ONNX export, the pruned model, the 3-ViT deep ensemble, the Hydra model (torch, ONNX
+and its dynamic int8 ONNX, `uqc quantize` behind its drift gate), the SVE, the DIRECTOR
+student and the MC Dropout baseline (the first ViT, 10 dropout samples) on `digits@test`,
+with `builtin:photo-patches` as out-of-distribution data.
 """
 
 from __future__ import annotations
@@ -245,10 +245,13 @@ def run(out: Path, quick: bool, device: str, threads: int, force: bool = False) 
     )
     mc_dropout = _mc_dropout(plan, models[0].artifact.path, out, device, threads, force)
     share = f"{plan.prune_ratio:.0%} heads pruned"
+    scope = pruned.artifact.manifest.summary["scope"]  # global: prune's default for one model
     rows = [
         evaluate(f"ViT-{plan.preset} (torch)", [models[0].artifact.path], "eval-single"),
         evaluate(f"ViT-{plan.preset} (ONNX Runtime)", [onnx.artifact.path], "eval-onnx"),
-        evaluate(f"  {share} (HIES), no retraining", [pruned.artifact.path], "eval-pruned"),
+        evaluate(
+            f"  {share} (HIES, {scope}), no retraining", [pruned.artifact.path], "eval-pruned"
+        ),
         evaluate(
             f"  {share}, + {plan.retrain_epochs} epochs fine-tuning",
             [retrained.artifact.path],

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +12,7 @@ from uqcompress.errors import ArtifactError, ConfigError, IncompatibleInputError
 from uqcompress.export.parity import save_parity
 from uqcompress.steps import config as fields
 from uqcompress.steps.common import StepResult, build_or_reuse
+from uqcompress.steps.score import SEARCHED
 
 PARITY_ATOL = 1e-5  # pruned vs gated full model: the same function, up to float round-off
 
@@ -19,7 +20,9 @@ PARITY_ATOL = 1e-5  # pruned vs gated full model: the same function, up to float
 @dataclass(frozen=True)
 class PruneConfig:
     ratio: float | None = None  # required for one model; members default to H / M heads each
-    scope: str = "layer"
+    # None: global for one model (HIES's and Michel et al.'s selection), layer for members;
+    # resolved (and recorded) before the artifact id is computed
+    scope: str | None = None
     min_heads_per_layer: int = 1
     members: int = 1
     select: str = "topk"
@@ -43,7 +46,11 @@ class PruneConfig:
 
         if self.unit not in UNITS:
             problems.add(f"unknown --unit {self.unit!r}", hint=f"use one of: {', '.join(UNITS)}")
-        if self.members > 1 and self.scope != "layer":
+        from uqcompress.methods.pruning import SCOPES
+
+        if self.scope is not None and self.scope not in SCOPES:
+            problems.add(f"unknown --scope {self.scope!r}", hint=f"use one of: {', '.join(SCOPES)}")
+        if self.members > 1 and self.scope == "global":
             problems.add(
                 "--members prunes every member per layer",
                 hint="drop --scope global when using --members",
@@ -99,7 +106,11 @@ def run(
             hint="score this model first: uqc score MODEL --data D",
         )
     summary = scores.manifest.summary
-    circuit = summary.get("method") == "circuit"
+    circuit = summary.get("method") in SEARCHED
+    # Scope: global by default for one model (the paper's selection for importance scores),
+    # per layer for members; a searched circuit is kept as searched (per layer by design).
+    if cfg.scope is None or circuit:
+        cfg = replace(cfg, scope="layer" if cfg.members > 1 or circuit else "global")
     # A circuit is a searched set of heads, not a ranking: prune keeps exactly what the
     # search kept (per member with --members), so it must be asked for the searched ratio.
     if circuit and summary.get("ratio") != cfg.ratio:
@@ -145,11 +156,11 @@ def run(
         # [L, max H_l]; a model pruned before scoring has NaN where a layer has no head
         check_scores_fit(score, heads)
         groups = head_groups(loaded)
-        if summary.get("method") == "circuit":
+        if circuit:
             keep = [list(map(int, k)) for k in summary["kept_heads"]]
             check_grouping(keep, loaded)
         else:
-            assert cfg.ratio is not None
+            assert cfg.ratio is not None and cfg.scope is not None
             keep = select_grouped_heads(
                 score, groups, cfg.ratio, cfg.scope, cfg.min_heads_per_layer, cfg.unit
             )
@@ -173,7 +184,7 @@ def run(
             {
                 "method": summary.get("method"),
                 "ratio": cfg.ratio,
-                "scope": cfg.scope,
+                "scope": "as searched" if circuit else cfg.scope,
                 **({"unit": cfg.unit} if groups.grouped else {}),
                 "heads_before": sum(heads),
                 "heads_after": sum(after),
@@ -241,8 +252,8 @@ def _check_circuit_members(summary: dict[str, Any], cfg: PruneConfig) -> None:
         raise ConfigError(
             f"these circuit scores hold {sets} searched circuit(s), not one for each of "
             f"{cfg.members} members",
-            hint=f"score with uqc score --method circuit --ratio {summary.get('ratio')} "
-            f"--members {cfg.members}",
+            hint=f"score with uqc score --method {summary.get('method')} --ratio "
+            f"{summary.get('ratio')} --members {cfg.members}",
         )
 
 
@@ -302,7 +313,7 @@ def _run_members(
                 hint="make members from the unpruned model, or from one pruned with --scope layer",
             )
         groups = head_groups(base)
-        if summary.get("method") == "circuit":
+        if summary.get("method") in SEARCHED:
             # each member is exactly its searched circuit (checked in _check_circuit_members)
             keeps = [[list(map(int, layer)) for layer in m] for m in summary["kept_heads"]]
             for keep in keeps:

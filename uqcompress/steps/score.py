@@ -12,9 +12,20 @@ from uqcompress.errors import DataError
 from uqcompress.steps import config as fields
 from uqcompress.steps.common import StepResult, build_or_reuse
 
-METHODS = ("taylor", "hies", "circuit", "random", "l2")
-NEEDS_DATA = ("taylor", "hies", "circuit")
+METHODS = ("taylor", "hies", "headmap", "greedy-circuit", "random", "l2")
+# Old names still accepted (a warning says the new one): `circuit` was uqc's greedy search,
+# documented as HeadMap's until HeadMap's own algorithm arrived as `headmap`.
+ALIASES = {"circuit": "greedy-circuit"}
+NEEDS_DATA = ("taylor", "hies", "headmap", "greedy-circuit", "circuit")
+# Methods whose result is a searched set of kept heads (prune keeps it as searched), with
+# `circuit` for scores artifacts written before the rename.
+SEARCHED = ("headmap", "greedy-circuit", "circuit")
 SCORES_FILE = "scores.safetensors"
+
+
+def canonical_method(method: str) -> str:
+    """The method's current name (`circuit` -> `greedy-circuit`)."""
+    return ALIASES.get(method, method)
 
 
 @dataclass(frozen=True)
@@ -32,6 +43,8 @@ class ScoreConfig:
     ratio: float | None = None
     members: int = 1
     seed: int = 0
+    # headmap: the examples whose lowest-loss `calib_size` are kept (None: all of --data)
+    calib_pool: int | None = fields.added(None)
     batch_size: int = 16
     max_length: int | None = None
     text_column: str = fields.runtime("text")
@@ -42,7 +55,8 @@ class ScoreConfig:
 
     def validate(self) -> None:
         problems = fields.problems(self)
-        if self.method not in METHODS:
+        method = canonical_method(self.method)
+        if method not in METHODS:
             problems.add(
                 f"unknown --method {self.method!r}", hint=f"use one of: {', '.join(METHODS)}"
             )
@@ -64,10 +78,10 @@ class ScoreConfig:
             problems.add(
                 f"--batch-size {self.batch_size} must be at least 1", hint="pass --batch-size 16"
             )
-        if self.method == "circuit":
+        if method in SEARCHED:
             if self.ratio is None:
                 problems.add(
-                    "--method circuit searches for a head budget: pass --ratio",
+                    f"--method {self.method} searches for a head budget: pass --ratio",
                     hint="e.g. --ratio 0.5 (the same ratio prune will use)",
                 )
             elif not 0.0 <= self.ratio < 1.0:
@@ -76,7 +90,27 @@ class ScoreConfig:
                 )
         elif self.ood:
             problems.add(
-                "--ood is used by --method circuit only", hint="drop --ood, or use --method circuit"
+                "--ood is used by --method headmap and greedy-circuit only",
+                hint="drop --ood, or use --method headmap",
+            )
+        if self.calib_pool is not None:
+            if method != "headmap":
+                problems.add(
+                    "--calib-pool is used by --method headmap only (it keeps the pool's "
+                    "lowest-loss examples)",
+                    hint="drop --calib-pool, or use --method headmap",
+                )
+            elif self.calib_pool < self.calib_size:
+                problems.add(
+                    f"--calib-pool {self.calib_pool} is smaller than --calib-size "
+                    f"{self.calib_size}",
+                    hint=f"pass --calib-pool {4 * self.calib_size} or more",
+                )
+        elif method == "headmap" and self.members > 1:
+            problems.add(
+                f"--method headmap --members {self.members} would search the same lowest-loss "
+                "examples for every member (identical circuits)",
+                hint="pass --calib-pool N: member m then draws its own N-example pool (seed + m)",
             )
         problems.raise_any()
 
@@ -88,6 +122,17 @@ def run(
     from uqcompress.models.loading import refuse_fused, resolve_model_source
 
     cfg.validate()
+    if cfg.method in ALIASES:
+        from dataclasses import replace
+
+        from uqcompress.runtime.console import stderr
+
+        renamed = canonical_method(cfg.method)
+        stderr.print(
+            f"[yellow]warning: --method {cfg.method} is now called {renamed} (uqc's greedy "
+            f"search, not HeadMap's: that is --method headmap); {cfg.method} still works[/yellow]"
+        )
+        cfg = replace(cfg, method=renamed)
     source = resolve_model_source(model_path)
     refuse_fused(source, "score")
     data = (
@@ -173,18 +218,29 @@ def run(
     return build_or_reuse(plan, out, force, build)
 
 
-def _calibration_batches(loaded: Any, data: Any, cfg: ScoreConfig) -> list[dict[str, Any]]:
-    """A seeded subset of `calib_size` labelled examples, encoded once, in fixed batches."""
+def _calibration_batches(
+    loaded: Any, data: Any, cfg: ScoreConfig, size: int | None = None
+) -> list[dict[str, Any]]:
+    """A seeded subset of `size` (default `calib_size`) labelled examples, encoded once, in
+    fixed batches (all of them, in order, when `size` covers the data)."""
     import numpy as np
 
+    count = min(cfg.calib_size if size is None else size, len(data))
+    if count == len(data):
+        pick = np.arange(count)
+    else:
+        pick = np.sort(np.random.default_rng(cfg.seed).choice(len(data), count, replace=False))
+    return _encoded_batches(loaded, data, pick, cfg)
+
+
+def _encoded_batches(loaded: Any, data: Any, pick: Any, cfg: ScoreConfig) -> list[dict[str, Any]]:
+    """The examples `pick` (sorted indices) of `data`, encoded once, in fixed batches."""
     from uqcompress.data.dataset import LabeledData
     from uqcompress.data.encoding import check_input_kind, encode, make_loader
     from uqcompress.data.labels import map_labels
 
     check_input_kind(data, loaded.input_kind, loaded.family.name)
     ids = map_labels(data, loaded.labels, placeholder=False).ids
-    count = min(cfg.calib_size, len(data))
-    pick = np.sort(np.random.default_rng(cfg.seed).choice(len(data), count, replace=False))
     subset = LabeledData(
         spec=data.spec,
         input_kind=data.input_kind,
@@ -210,7 +266,10 @@ def _compute(
         return {"score": scoring.random_head_scores(loaded, cfg.seed)}, {}
     if cfg.method == "l2":
         return {"score": scoring.l2_scores(loaded)}, {}
-    batches = _calibration_batches(loaded, data, cfg)
+    if cfg.method == "headmap":
+        batches, calibration = _lowest_loss_batches(loaded, data, cfg)
+    else:
+        batches, calibration = _calibration_batches(loaded, data, cfg), {}
     if cfg.method == "taylor":
         score = scoring.taylor_scores(
             loaded, batches, layer_l2=cfg.taylor_layer_l2, global_minmax=cfg.taylor_minmax
@@ -234,21 +293,53 @@ def _compute(
 
     from uqcompress.runtime.console import stderr
 
+    search = scoring.headmap_scores if cfg.method == "headmap" else scoring.circuit_scores
+    total = (
+        scoring.headmap_evaluations(heads)
+        if cfg.method == "headmap"
+        else scoring.circuit_evaluations(keep, heads)
+    )
     with Progress(console=stderr, transient=True) as progress:
-        task = progress.add_task("circuit search", total=None)
+        task = progress.add_task(f"{cfg.method} search", total=None)
 
         def report(done: int, total: int) -> None:
             progress.update(task, completed=done, total=total)
 
-        score, kept = scoring.circuit_scores(
-            loaded, batches, keep, ood_batches=ood_batches, progress=report
-        )
+        score, kept = search(loaded, batches, keep, ood_batches=ood_batches, progress=report)
     return {"score": score}, {
         "ratio": cfg.ratio,
         "keep_per_layer": keep,
         "kept_heads": kept,
         "objective": "ood" if ood is not None else "nll",
+        "evaluations": total,
+        **calibration,
     }
+
+
+def _lowest_loss_batches(
+    loaded: Any, data: Any, cfg: ScoreConfig
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """HeadMap's calibration set: of a pool (all of --data, or a seeded `calib_pool` subset),
+    the `calib_size` examples with the lowest loss under the full model."""
+    import numpy as np
+
+    from uqcompress.methods import scoring
+
+    pool_size = len(data) if cfg.calib_pool is None else min(cfg.calib_pool, len(data))
+    if pool_size == len(data):
+        pool = np.arange(pool_size)
+    else:
+        pool = np.sort(np.random.default_rng(cfg.seed).choice(len(data), pool_size, replace=False))
+    losses = scoring.example_losses(loaded, _encoded_batches(loaded, data, pool, cfg))
+    chosen = scoring.lowest_loss(losses, cfg.calib_size)
+    picked = losses[chosen]
+    info = {
+        "calibration_set": "lowest-loss",
+        "calibration_pool": int(pool_size),
+        "calibration_loss_max": round(float(picked.max()), 6),
+        "pool_loss_mean": round(float(losses.mean()), 6),
+    }
+    return _encoded_batches(loaded, data, pool[chosen], cfg), info
 
 
 def _as_index_labels(data: Any) -> Any:
