@@ -303,6 +303,12 @@ def _fuse_bases(tmp: Path, f: dict[str, Path]) -> list[str]:
     return ["fuse", str(_pruned(f["root"], "bert", 0)), str(_pruned(f["root"], "bert", 1))]
 
 
+def _other_labels_csv(tmp: Path) -> Path:
+    from tests.conftest import write_csv
+
+    return write_csv(tmp / "other.csv", [("good film", "meh"), ("bad film", "ok")] * 4)
+
+
 def _sve(f: dict[str, Path], *extra: str) -> list[str]:
     return ["svd-ensemble", str(f["bert"]), "--data", str(f["train"]), *extra]
 
@@ -504,6 +510,18 @@ ROWS: dict[str, tuple[Case, str]] = {
             "-0.1",
         ],
         "--weight-decay -0.1 must be a finite number, 0 or more",
+    ),
+    "training --optimizer unknown": (
+        lambda t, f: ["finetune", str(f["bert"]), "--data", str(f["train"]), "--optimizer", "lion"],
+        "unknown --optimizer 'lion'",
+    ),
+    "training --ema-every without --ema": (
+        lambda t, f: ["finetune", str(f["bert"]), "--data", str(f["train"]), "--ema-every", "5"],
+        "this run has no --ema",
+    ),
+    "svd-ensemble on data with other labels than the model's": (
+        lambda t, f: [*_sve(f, "--data", str(_other_labels_csv(t))), "--members", "2"],
+        "pass --heads fresh",
     ),
     "--threads far above the cores": (
         lambda t, f: ["eval", str(f["bert"]), "--data", str(f["test"]), "--threads", "100000"],

@@ -20,9 +20,10 @@ from uqcompress.models.grouped import GroupedLinear
 HEAD = "classifier.weight"  # the GroupedLinear of M heads, [M, in, out]
 
 
-def _heads(artifact: Path) -> dict[str, torch.Tensor]:
+def _head_weight(artifact: Path) -> torch.Tensor:
+    """The saved member heads' weights, `[M, in, out]`."""
     weights = load_file(str(artifact / "model.safetensors"))
-    return {k: v for k, v in weights.items() if k.endswith(("classifier.weight", "classifier.bias"))}
+    return next(v for k, v in weights.items() if k.endswith(HEAD))
 
 
 def test_fresh_heads_differ_per_member_and_are_drawn_like_a_new_classifier() -> None:
@@ -58,7 +59,8 @@ def test_fresh_heads_differ_per_member_and_are_drawn_like_a_new_classifier() -> 
 def test_other_label_backbone_is_refused_with_the_fix_then_gets_fresh_heads(
     cli, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
-    backbone = ok(cli("init", "--family", "vit", "--labels", "cat,dog,cow", "--out", tmp_path / "b"))
+    init = ["init", "--family", "vit", "--labels", "cat,dog,cow"]
+    backbone = ok(cli(*init, "--out", tmp_path / "b"))
     args = ["svd-ensemble", backbone, "--data", "builtin:digits@val", "--members", "2"]
     refused = cli(*args, "--epochs", "1", "--out", tmp_path / "no")
     assert refused.code == 1 and refused.out == ""
@@ -74,8 +76,7 @@ def test_other_label_backbone_is_refused_with_the_fix_then_gets_fresh_heads(
     assert summary["members"] == 2 and summary["parameters_trainable"] > 0
     config = json.loads((sve / "config.json").read_text())
     assert config["id2label"]["9"] == "9"
-    heads = _heads(sve)
-    weight = next(v for k, v in heads.items() if k.endswith(HEAD))
+    weight = _head_weight(sve)
     assert weight.shape[0] == 2 and weight.shape[-1] == 10
     assert not torch.allclose(weight[0], weight[1])
 
@@ -106,7 +107,7 @@ def test_headless_backbone_gets_fresh_heads_by_default(cli, tmp_path: Path) -> N
     manifest = open_artifact(sve).manifest
     assert manifest.summary["heads"] == "fresh" and manifest.summary["classifier_initialised"]
     assert manifest.config["heads"] == "auto"
-    weight = next(v for k, v in _heads(sve).items() if k.endswith(HEAD))
+    weight = _head_weight(sve)
     assert weight.shape[:1] == (3,) and weight.shape[-1] == 10
     assert not torch.allclose(weight[0], weight[1]) and not torch.allclose(weight[1], weight[2])
 
