@@ -1,13 +1,12 @@
 """SVE as fine-tuning from a pretrained backbone (issue 20, item 4): `--heads fresh` gives each
 member its own, differently initialised head for the data's classes; a backbone without a
-trained head gets that by default; the artifact evaluates, exports and quantizes like any SVE."""
+trained head gets that by default. Its export and quantization: tests/test_recipes_papers.py."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -110,36 +109,3 @@ def test_headless_backbone_gets_fresh_heads_by_default(cli, tmp_path: Path) -> N
     weight = _head_weight(sve)
     assert weight.shape[:1] == (3,) and weight.shape[-1] == 10
     assert not torch.allclose(weight[0], weight[1]) and not torch.allclose(weight[1], weight[2])
-
-
-@pytest.mark.filterwarnings("ignore::DeprecationWarning")
-def test_fresh_head_sve_evaluates_exports_and_quantizes(
-    cli, tmp_path: Path, briefly_trained_vit: Path
-) -> None:  # type: ignore[no-untyped-def]
-    sve = ok(
-        cli(
-            "svd-ensemble",
-            briefly_trained_vit,
-            "--heads",
-            "fresh",
-            "--data",
-            "builtin:digits@val",
-            "--members",
-            "2",
-            "--epochs",
-            "2",
-            "--lr",
-            "3e-3",
-            "--out",
-            tmp_path / "s",
-        )
-    )
-    data = "builtin:digits@test"
-    metrics = json.loads(ok(cli("eval", sve, "--data", data, "--json")))
-    assert metrics["summary"]["members"] == 2 and 0 <= metrics["summary"]["acc"] <= 1
-    exported = ok(cli("export", sve, "--data", data, "--out", tmp_path / "onnx"))
-    assert json.loads((Path(exported) / "parity.json").read_text())["passed"]
-    # a briefly trained model is nearly uniform: the gate is loosened as in test_quantize
-    quantize = ["quantize", exported, "--mode", "dynamic", "--data", data]
-    int8 = ok(cli(*quantize, "--min-agreement", "0.95", "--out", tmp_path / "q"))
-    assert open_artifact(Path(int8)).manifest.summary["drift_agreement"] >= 0.95
