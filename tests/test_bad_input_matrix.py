@@ -126,7 +126,7 @@ def _gqa_ratio(tmp: Path, f: dict[str, Path]) -> list[str]:
 
     base = init.run(init.InitConfig(family="llama", labels=["a", "b"]), tmp / "llama")
     scores = score.run(base.artifact.path, score.ScoreConfig(method="l2"), tmp / "llama-l2")
-    return ["prune", str(scores.artifact.path), "--ratio", "0.25"]
+    return ["prune", str(scores.artifact.path), "--ratio", "0.25", "--scope", "layer"]
 
 
 def _quantized(tmp: Path, f: dict[str, Path]) -> list[str]:
@@ -325,6 +325,12 @@ def _roberta(tmp: Path, f: dict[str, Path]) -> list[str]:
     path = tmp / "roberta"
     save_model(create_model("roberta", ["neg", "pos"]), path)
     return ["mc-dropout", str(path)]
+
+
+def _other_labels_csv(tmp: Path) -> Path:
+    from tests.conftest import write_csv
+
+    return write_csv(tmp / "other.csv", [("good film", "meh"), ("bad film", "ok")] * 4)
 
 
 def _sve(f: dict[str, Path], *extra: str) -> list[str]:
@@ -528,6 +534,18 @@ ROWS: dict[str, tuple[Case, str]] = {
             "-0.1",
         ],
         "--weight-decay -0.1 must be a finite number, 0 or more",
+    ),
+    "training --optimizer unknown": (
+        lambda t, f: ["finetune", str(f["bert"]), "--data", str(f["train"]), "--optimizer", "lion"],
+        "unknown --optimizer 'lion'",
+    ),
+    "training --ema-every without --ema": (
+        lambda t, f: ["finetune", str(f["bert"]), "--data", str(f["train"]), "--ema-every", "5"],
+        "this run has no --ema",
+    ),
+    "svd-ensemble on data with other labels than the model's": (
+        lambda t, f: [*_sve(f, "--data", str(_other_labels_csv(t))), "--members", "2"],
+        "pass --heads fresh",
     ),
     "--threads far above the cores": (
         lambda t, f: ["eval", str(f["bert"]), "--data", str(f["test"]), "--threads", "100000"],

@@ -23,6 +23,9 @@ SHIPPED = {
     "hydra-taylor-vit-digits.toml",
     "hydra-circ-vit-digits.toml",
     "hies-sweep-vit-digits.toml",
+    "sve-finetune-digits.toml",
+    "director-research-digits.toml",
+    "mc-dropout-vit-digits.toml",
 }
 # The papers' own protocols, in the quick form each recipe's header gives (tiny ViTs, short
 # training, no gate): the wiring and the protocol, not the accuracy.

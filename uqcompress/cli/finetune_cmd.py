@@ -11,12 +11,16 @@ from uqcompress.cli.options import (
     BatchSize,
     CheckpointEvery,
     Device,
+    Ema,
+    EmaEvery,
+    EmaStart,
     Force,
     GradAccum,
     Json,
     LabelColumn,
     MaxLength,
     MaxSteps,
+    Optimizer,
     Out,
     Patience,
     Resume,
@@ -44,7 +48,7 @@ def finetune(
         ),
     ] = None,
     epochs: Annotated[int, typer.Option("--epochs", help="Passes over the data.")] = 3,
-    lr: Annotated[float, typer.Option("--lr", help="Peak AdamW learning rate.")] = 5e-4,
+    lr: Annotated[float, typer.Option("--lr", help="Peak learning rate.")] = 5e-4,
     weight_decay: WeightDecay = 0.01,
     batch_size: BatchSize = 32,
     seed: Seed = 0,
@@ -63,6 +67,10 @@ def finetune(
     max_steps: MaxSteps = None,
     schedule: Schedule = "linear",
     warmup: Warmup = 0.1,
+    optimizer: Optimizer = "adamw",
+    ema: Ema = None,
+    ema_every: EmaEvery = 1,
+    ema_start: EmaStart = 0,
     checkpoint_every: CheckpointEvery = None,
     resume: Resume = False,
     augment: Augment = "none",
@@ -73,7 +81,7 @@ def finetune(
     force: Force = False,
     json_out: Json = False,
 ) -> None:
-    """Fine-tune a classifier (AdamW, warm-up then --schedule) and write a new model artifact;
+    """Fine-tune a classifier (--optimizer, warm-up then --schedule) and write a new model artifact;
     with --val, the best epoch's weights (--select-best) and a history of every epoch."""
     from uqcompress.cli.invoke import run_step
 
@@ -96,6 +104,10 @@ def finetune(
         "max_steps": max_steps,
         "schedule": schedule,
         "warmup": warmup,
+        "optimizer": optimizer,
+        "ema": ema,
+        "ema_every": ema_every,
+        "ema_start": ema_start,
         "checkpoint_every": checkpoint_every,
         "resume": resume,
         "augment": augment,

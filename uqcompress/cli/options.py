@@ -59,8 +59,9 @@ WeightDecay = Annotated[
     float,
     typer.Option(
         "--weight-decay",
-        help="AdamW weight decay (decoupled, 0 or more; 0 turns it off) on weight matrices "
-        "only: never on biases, norm weights or SVE singular values.",
+        help="Weight decay, 0 or more (0 turns it off): decoupled with adamw, an L2 term in "
+        "the gradient with adam and sgd; on weight matrices only, never on biases, norm "
+        "weights or SVE singular values.",
     ),
 ]
 
@@ -172,6 +173,36 @@ CheckpointEvery = Annotated[
         help="Write a resumable checkpoint every N optimizer steps into .OUT.resume beside the "
         "output (removed when the run completes). Default: none.",
         show_default=False,
+    ),
+]
+Optimizer = Annotated[
+    str,
+    typer.Option(
+        "--optimizer",
+        help="adamw (decoupled weight decay), adam (weight decay as L2 in the gradient, as "
+        "torch.optim.Adam) or sgd (momentum 0.9, L2).",
+    ),
+]
+Ema = Annotated[
+    float | None,
+    typer.Option(
+        "--ema",
+        help="Keep an exponential moving average of the trained weights with this decay in "
+        "(0, 1), e.g. 0.995; validation, --select-best and the saved model use the average. "
+        "Default: none.",
+        show_default=False,
+    ),
+]
+EmaEvery = Annotated[
+    int,
+    typer.Option("--ema-every", help="Optimizer steps between updates of the --ema average."),
+]
+EmaStart = Annotated[
+    int,
+    typer.Option(
+        "--ema-start",
+        help="Optimizer steps during which the --ema average just copies the weights, "
+        "before it starts averaging.",
     ),
 ]
 Resume = Annotated[

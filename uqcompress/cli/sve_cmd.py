@@ -11,12 +11,16 @@ from uqcompress.cli.options import (
     BatchSize,
     CheckpointEvery,
     Device,
+    Ema,
+    EmaEvery,
+    EmaStart,
     Force,
     GradAccum,
     Json,
     LabelColumn,
     MaxLength,
     MaxSteps,
+    Optimizer,
     Out,
     Patience,
     Resume,
@@ -34,7 +38,11 @@ from uqcompress.cli.options import (
 
 def svd_ensemble(
     model: Annotated[
-        str, typer.Argument(help="A fine-tuned model artifact or transformers dir ('-': stdin).")
+        str,
+        typer.Argument(
+            help="A fine-tuned model artifact or transformers dir, or a pretrained backbone "
+            "with --heads fresh ('-': stdin)."
+        ),
     ],
     data: Annotated[
         str, typer.Option("--data", help="Training data: builtin:NAME\\[@split] or FILE.csv.")
@@ -63,9 +71,20 @@ def svd_ensemble(
     rank: Annotated[
         str, typer.Option("--rank", help="full, or N: keep the top N singular directions.")
     ] = "full",
+    heads: Annotated[
+        str,
+        typer.Option(
+            "--heads",
+            help="The members' classifier heads: copy (each a copy of the model's trained "
+            "head: SVE post hoc on a fine-tuned classifier), fresh (each member its own "
+            "randomly initialised head for the data's classes, the model's head and labels "
+            "discarded: SVE as fine-tuning from a pretrained backbone), or auto (fresh for a "
+            "model without a trained head, else copy).",
+        ),
+    ] = "auto",
     epochs: Annotated[int, typer.Option("--epochs", help="Passes over the data.")] = 3,
     lr: Annotated[
-        float, typer.Option("--lr", help="Peak AdamW learning rate (singular values, heads).")
+        float, typer.Option("--lr", help="Peak learning rate (singular values, biases, heads).")
     ] = 1e-3,
     weight_decay: WeightDecay = 0.01,
     batch_size: BatchSize = 32,
@@ -82,6 +101,10 @@ def svd_ensemble(
     max_steps: MaxSteps = None,
     schedule: Schedule = "linear",
     warmup: Warmup = 0.1,
+    optimizer: Optimizer = "adamw",
+    ema: Ema = None,
+    ema_every: EmaEvery = 1,
+    ema_start: EmaStart = 0,
     checkpoint_every: CheckpointEvery = None,
     resume: Resume = False,
     augment: Augment = "none",
@@ -94,7 +117,9 @@ def svd_ensemble(
 ) -> None:
     """Build and train a Singular Value Ensemble: each target W = U S V^T keeps U, V frozen;
     every member learns its own singular values, biases and head (mean of member
-    cross-entropies, every member sees every batch)."""
+    cross-entropies, every member sees every batch). Post hoc on a fine-tuned classifier
+    (members start from its head), or as fine-tuning from a pretrained backbone (--heads
+    fresh: new, differently initialised heads)."""
     from uqcompress.cli.invoke import run_step
 
     options = {
@@ -105,6 +130,7 @@ def svd_ensemble(
         "sigma_init": sigma_init,
         "targets": targets,
         "rank": rank,
+        "heads": heads,
         "epochs": epochs,
         "lr": lr,
         "weight_decay": weight_decay,
@@ -120,6 +146,10 @@ def svd_ensemble(
         "max_steps": max_steps,
         "schedule": schedule,
         "warmup": warmup,
+        "optimizer": optimizer,
+        "ema": ema,
+        "ema_every": ema_every,
+        "ema_start": ema_start,
         "checkpoint_every": checkpoint_every,
         "resume": resume,
         "augment": augment,

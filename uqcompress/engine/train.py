@@ -1,6 +1,7 @@
 """The one training loop (on `accelerate`), shared by finetune and every later training step.
 
-AdamW, linear warm-up then linear decay, gradient clipping, rich progress on stderr.
+AdamW (or Adam, SGD: `--optimizer`), linear warm-up then linear decay, gradient clipping, an
+optional exponential moving average of the trained weights (`--ema`), rich progress on stderr.
 Weight decay applies to weight matrices only: never to biases, norm weights or a module's
 declared no-decay parameters (SVE's singular values), see `parameter_groups`.
 Determinism: the same seed on CPU gives bitwise-identical weights (seeded global RNGs for
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from uqcompress.errors import ConfigError
+from uqcompress.errors import ConfigError, DataError
 from uqcompress.runtime import interrupts
 
 if TYPE_CHECKING:
@@ -32,6 +33,11 @@ SCHEDULES = ("linear", "cosine", "constant")
 # --select-best metrics on --val, and whether higher is better
 SELECT_METRICS = {"nll": False, "acc": True, "ece": False, "loss": False}
 NO_SELECTION = "none"
+# --optimizer: AdamW decays weights decoupled from the gradient (w -= lr * wd * w); Adam and
+# SGD add wd * w to the gradient (L2), as torch.optim.Adam / SGD do, so with Adam the decay
+# is rescaled by the adaptive step like any gradient. SGD uses momentum 0.9.
+OPTIMIZERS = ("adamw", "adam", "sgd")
+SGD_MOMENTUM = 0.9
 
 
 @dataclass(frozen=True)
@@ -52,6 +58,10 @@ class TrainConfig:
     schedule: str = "linear"
     checkpoint_every: int | None = None  # optimizer steps between resumable checkpoints
     resume: bool = False
+    optimizer: str = "adamw"
+    ema: float | None = None  # decay of the exponential moving average of the weights
+    ema_every: int = 1  # optimizer steps between EMA updates
+    ema_start: int = 0  # optimizer steps before which the average just follows the weights
     has_val: bool = False  # validation data was given (select_best needs it)
     augment: str = "none"  # --augment: none or light (image training data only)
     workers: int = 0  # --workers: data-loader worker processes
@@ -77,6 +87,10 @@ class TrainConfig:
             "resume",
             "augment",
             "workers",
+            "optimizer",
+            "ema",
+            "ema_every",
+            "ema_start",
         )
         values = {n: getattr(step_config, n) for n in names if hasattr(step_config, n)}
         has_val = getattr(step_config, "val", None) is not None
@@ -172,6 +186,36 @@ class TrainConfig:
             problems.add(
                 f"--checkpoint-every {self.checkpoint_every} must be at least 1",
                 hint="pass e.g. --checkpoint-every 100 (optimizer steps)",
+            )
+        self._validate_optimizer(problems)
+
+    def _validate_optimizer(self, problems: Any) -> None:
+        """The problems of --optimizer and the EMA options."""
+        if self.optimizer not in OPTIMIZERS:
+            problems.add(
+                f"unknown --optimizer {self.optimizer!r}",
+                hint=f"use one of: {', '.join(OPTIMIZERS)}",
+            )
+        if self.ema is not None and not (0 < self.ema < 1):
+            problems.add(
+                f"--ema {self.ema} must be a decay in (0, 1)",
+                hint="pass e.g. --ema 0.995 (the average keeps 99.5% of itself per update)",
+            )
+        if self.ema_every < 1:
+            problems.add(
+                f"--ema-every {self.ema_every} must be at least 1",
+                hint="pass --ema-every 1 (update the average after every optimizer step)",
+            )
+        if self.ema_start < 0:
+            problems.add(
+                f"--ema-start {self.ema_start} must be 0 or more",
+                hint="pass --ema-start 0 (average from the first step)",
+            )
+        if self.ema is None and (self.ema_every != 1 or self.ema_start != 0):
+            problems.add(
+                "--ema-every and --ema-start shape an average that --ema turns on, and this "
+                "run has no --ema",
+                hint="pass --ema DECAY, or drop --ema-every / --ema-start",
             )
 
 
@@ -288,6 +332,81 @@ def schedule_factor(name: str, total: int, warmup: int) -> Callable[[int], float
     return factor
 
 
+def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    """The `--optimizer` over the model's trainable parameters, weight decay by
+    `parameter_groups` (AdamW: decoupled; Adam, SGD: L2 added to the gradient)."""
+    import torch
+
+    groups = parameter_groups(model, cfg.weight_decay)
+    if cfg.optimizer == "adam":
+        return torch.optim.Adam(groups, lr=cfg.lr)
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(groups, lr=cfg.lr, momentum=SGD_MOMENTUM)
+    return torch.optim.AdamW(groups, lr=cfg.lr)
+
+
+class WeightAverage:
+    """An exponential moving average of a model's trainable parameters (`--ema DECAY`).
+
+    After optimizer step s (1-based): up to `start` the average is a copy of the weights;
+    after that, every `every` steps, avg = decay * avg + (1 - decay) * w. `applied` puts the
+    average into the model's parameters in place (validation, best-epoch selection and the
+    saved artifact use it) and restores the trained weights afterwards. Its state is part of
+    the resumable checkpoint.
+    """
+
+    def __init__(self, model: nn.Module, decay: float, every: int = 1, start: int = 0) -> None:
+        self.decay, self.every, self.start = decay, every, start
+        self.params = {n: p for n, p in model.named_parameters() if p.requires_grad}
+        self.shadow = {n: p.detach().clone() for n, p in self.params.items()}
+
+    def update(self, step: int) -> None:
+        """Fold in the weights after optimizer step `step` (1-based)."""
+        import torch
+
+        with torch.no_grad():
+            if step <= self.start:
+                for name, param in self.params.items():
+                    self.shadow[name].copy_(param)
+            elif (step - self.start) % self.every == 0:
+                for name, param in self.params.items():
+                    self.shadow[name].lerp_(param.detach(), 1.0 - self.decay)
+
+    @contextlib.contextmanager
+    def applied(self) -> Iterator[None]:
+        """The average in the model's parameters for the duration; the weights after."""
+        import torch
+
+        with torch.no_grad():
+            backup = {n: p.detach().clone() for n, p in self.params.items()}
+            for name, param in self.params.items():
+                param.copy_(self.shadow[name])
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for name, param in self.params.items():
+                    param.copy_(backup[name])
+
+    def copy_to_model(self) -> None:
+        """Leave the average in the model's parameters (the end of training)."""
+        import torch
+
+        with torch.no_grad():
+            for name, param in self.params.items():
+                param.copy_(self.shadow[name])
+
+    def state_dict(self) -> dict[str, Any]:
+        return {n: t.detach().to("cpu", copy=True) for n, t in self.shadow.items()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        import torch
+
+        with torch.no_grad():
+            for name, tensor in self.shadow.items():
+                tensor.copy_(state[name])
+
+
 @dataclass(frozen=True)
 class Checkpointing:
     """Where a run keeps its resumable checkpoint (a cache folder beside the output, never
@@ -350,7 +469,7 @@ def train(
         mixed_precision=PRECISIONS[cfg.precision],
         dataloader_config=DataLoaderConfiguration(split_batches=True),
     )
-    optimizer = torch.optim.AdamW(parameter_groups(model, cfg.weight_decay), lr=cfg.lr)
+    optimizer = make_optimizer(model, cfg)
     micro_per_epoch = len(loader)
     updates_per_epoch = math.ceil(micro_per_epoch / cfg.grad_accum)
     if cfg.max_steps is not None:
@@ -365,6 +484,11 @@ def train(
     )
     model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
     unwrapped = accelerator.unwrap_model(model)
+    average = (
+        WeightAverage(unwrapped, cfg.ema, cfg.ema_every, cfg.ema_start)
+        if cfg.ema is not None
+        else None
+    )
 
     result = TrainResult()
     loop = _LoopState()
@@ -375,7 +499,7 @@ def train(
                 + (f" in {checkpoint.directory}" if checkpoint is not None else ""),
                 hint="run without --resume (add --checkpoint-every N to write checkpoints)",
             )
-        loop = _load_checkpoint(checkpoint, unwrapped, optimizer, scheduler, result)
+        loop = _load_checkpoint(checkpoint, unwrapped, optimizer, scheduler, result, average)
         result.resumed_from_step = result.steps
         stderr.print(
             f"[dim]resuming from step {result.steps} (epoch {loop.epoch + 1}, "
@@ -435,6 +559,8 @@ def train(
                 scheduler.step()
                 optimizer.zero_grad(set_to_none=True)
                 result.steps += 1
+                if average is not None:
+                    average.update(result.steps)
                 progress.update(task, completed=result.steps, loss=loop.running / loop.seen)
                 if (
                     checkpoint is not None
@@ -443,7 +569,9 @@ def train(
                     and result.steps < total
                 ):
                     loop.seconds = earlier_seconds + time.perf_counter() - start
-                    _save_checkpoint(checkpoint, unwrapped, optimizer, scheduler, result, loop)
+                    _save_checkpoint(
+                        checkpoint, unwrapped, optimizer, scheduler, result, loop, average
+                    )
             loop.position = 0
             result.loss_curve.append(loop.running / max(1, loop.seen))
             row: dict[str, Any] = {
@@ -453,10 +581,17 @@ def train(
                 "train_loss": result.loss_curve[-1],
             }
             model.eval()
-            with torch.random.fork_rng(devices=_rng_devices()):
+            # with --ema, validation and the best epoch's copy see the average
+            applied = average.applied() if average is not None else contextlib.nullcontext()
+            with torch.random.fork_rng(devices=_rng_devices()), applied:
                 if epoch_end is not None:
                     row.update(epoch_end(unwrapped))
                 metrics = validate(unwrapped) if validate is not None else {}
+                improved = cfg.select_best != NO_SELECTION and _better(
+                    metrics[cfg.select_best], loop.best_value, higher
+                )
+                if improved:  # with --ema, the average's weights are the ones kept
+                    loop.best_state = _cpu_state(unwrapped)
             if validate is not None:
                 result.val_curve.append(metrics)
                 row.update({f"val_{k}": v for k, v in metrics.items()})
@@ -464,12 +599,9 @@ def train(
                 progress.update(task, val=shown)
             result.history.append(row)
             if cfg.select_best != NO_SELECTION:
-                value = metrics[cfg.select_best]
-                best = loop.best_value
-                if best is None or (value > best if higher else value < best):
-                    loop.best_value, loop.bad_epochs = value, 0
+                if improved:
+                    loop.best_value, loop.bad_epochs = metrics[cfg.select_best], 0
                     result.best_epoch = epoch + 1
-                    loop.best_state = _cpu_state(unwrapped)
                 else:
                     loop.bad_epochs += 1
                 if cfg.patience is not None and loop.bad_epochs >= cfg.patience:
@@ -481,6 +613,8 @@ def train(
     accelerator.wait_for_everyone()
     if loop.best_state is not None:
         unwrapped.load_state_dict(loop.best_state)
+    elif average is not None:
+        average.copy_to_model()
     unwrapped.eval()
     result.seconds = earlier_seconds + time.perf_counter() - start
     if checkpoint is not None and checkpoint.directory.exists():
@@ -488,6 +622,11 @@ def train(
 
         shutil.rmtree(checkpoint.directory, ignore_errors=True)  # the run is complete
     return result
+
+
+def _better(value: float, best: float | None, higher: bool) -> bool:
+    """`value` beats the best so far (None: nothing yet)."""
+    return best is None or (value > best if higher else value < best)
 
 
 @contextlib.contextmanager
@@ -547,9 +686,11 @@ def _save_checkpoint(
     scheduler: Any,
     result: TrainResult,
     loop: _LoopState,
+    average: WeightAverage | None = None,
 ) -> None:
     """Write the checkpoint atomically (a temp file renamed over the last one): weights,
-    optimizer, scheduler, every RNG state, the data order and position, curves so far."""
+    optimizer, scheduler, the weight average (--ema), every RNG state, the data order and
+    position, curves so far."""
     import random
 
     import numpy as np
@@ -565,6 +706,7 @@ def _save_checkpoint(
         "model": _cpu_state(model),
         "optimizer": optimizer.state_dict(),
         "scheduler": scheduler.state_dict(),
+        "ema": average.state_dict() if average is not None else None,
         "rng_torch": torch.get_rng_state(),
         "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
         "rng_python": random.getstate(),
@@ -600,6 +742,7 @@ def _load_checkpoint(
     optimizer: Any,
     scheduler: Any,
     result: TrainResult,
+    average: WeightAverage | None = None,
 ) -> _LoopState:
     """Restore what `_save_checkpoint` wrote; the loop state to continue from."""
     import random
@@ -623,6 +766,13 @@ def _load_checkpoint(
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
+    if average is not None:
+        if state.get("ema") is None:
+            raise ConfigError(
+                f"--resume: the checkpoint in {checkpoint.directory} has no weight average",
+                hint=f"delete {checkpoint.directory} and run without --resume",
+            )
+        average.load_state_dict(state["ema"])
     torch.set_rng_state(state["rng_torch"])
     if state["rng_cuda"] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["rng_cuda"])
@@ -660,16 +810,20 @@ def fine_tune(
     max_length: int | None,
     head_untrained: bool,
     source: str,
-    transform: Callable[[Any], Any] | None = None,
+    transform: Callable[[Any, bool], Any] | None = None,
     description: str = "finetune",
     checkpoint: Checkpointing | None = None,
+    replace_head: bool = False,
+    labels_hint: str | None = None,
 ) -> FineTuned:
     """Fine-tune a loaded classifier on labelled data with `train`.
 
-    A head that was never trained (`head_untrained`) is replaced by a fresh one sized by the
-    data's classes; placeholder labels (LABEL_i) adopt the data's names. `transform` turns
-    the label-checked model into the one to train (the SVE step builds its ensemble there).
-    `source` names the model in warnings. Validation reports accuracy, NLL, ECE and the
+    A head that was never trained (`head_untrained`), or any head with `replace_head`, is
+    replaced by a fresh one sized by the data's classes, whose names it adopts (placeholder
+    labels LABEL_i do too). `transform(loaded, new_head)` turns the label-checked model into
+    the one to train (the SVE step builds its ensemble there); `new_head` says the head is
+    fresh. `labels_hint` replaces the fix named when the data has labels the model does not
+    know. `source` names the model in warnings. Validation reports accuracy, NLL, ECE and the
     training loss (mean member cross-entropy) after every epoch (`validation_metrics`).
     """
     from uqcompress.data.encoding import encode, make_loader
@@ -679,19 +833,28 @@ def fine_tune(
 
     notes: dict[str, Any] = {}
     warnings: list[str] = []
-    if head_untrained:
+    if head_untrained or replace_head:
         # An untrained head's size and label names came from the checkpoint's config, not
         # from any task: the training data decides both.
         from uqcompress.models.surgery import replace_classifier
 
         count = _class_count(train_data)
+        replaced = list(loaded.labels)
         replace_classifier(loaded, [f"LABEL_{i}" for i in range(count)], cfg.seed)
-        notes["classifier_initialised"] = True
-        warnings.append(
-            f"{source} had no trained classifier; a new head for {count} classes "
-            f"(from {train_data.spec}) was trained from scratch"
-        )
-    mapping = map_labels(train_data, loaded.labels, has_default_labels(loaded.labels))
+        if head_untrained:
+            notes["classifier_initialised"] = True
+            warnings.append(
+                f"{source} had no trained classifier; a new head for {count} classes "
+                f"(from {train_data.spec}) was trained from scratch"
+            )
+        else:
+            notes["classifier_replaced"] = _preview_labels(replaced)
+    try:
+        mapping = map_labels(train_data, loaded.labels, has_default_labels(loaded.labels))
+    except DataError as exc:
+        if labels_hint is None:
+            raise
+        raise DataError(exc.message, hint=labels_hint) from exc
     if mapping.adopted_labels is not None:
         _adopt_labels(loaded, mapping.adopted_labels)
         notes["labels_from_data"] = True
@@ -700,7 +863,7 @@ def fine_tune(
             f"from {train_data.spec}: {', '.join(loaded.labels)}"
         )
     if transform is not None:
-        loaded = transform(loaded)
+        loaded = transform(loaded, head_untrained or replace_head)
     encoded = encode(
         train_data, loaded, mapping.ids, max_length, augment=cfg.augment, workers=cfg.workers
     )
@@ -773,6 +936,12 @@ def _adopt_labels(loaded: Any, labels: list[str]) -> None:
     loaded.labels = list(labels)
     loaded.model.config.id2label = dict(enumerate(labels))
     loaded.model.config.label2id = {name: i for i, name in enumerate(labels)}
+
+
+def _preview_labels(labels: list[str], limit: int = 10) -> str:
+    """The label names of a replaced head, for the summary (the first `limit`)."""
+    shown = ",".join(labels[:limit])
+    return shown + (f",... ({len(labels)} labels)" if len(labels) > limit else "")
 
 
 def _class_count(data: Any) -> int:

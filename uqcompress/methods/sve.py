@@ -108,16 +108,21 @@ def build_sve(
     rank: int | None,
     sigma_init: float,
     seed: int,
+    fresh_heads: bool = False,
 ) -> LoadedModel:
-    """The SVE model of a classifier: targets swapped for SVD layers, M heads (each a copy of
-    the base head). The input `loaded` is left as it was."""
+    """The SVE model of a classifier: targets swapped for SVD layers, M heads: each a copy of
+    the base head (post-hoc, on a fine-tuned classifier), or with `fresh_heads` each member's
+    own random head, drawn as transformers initialises a classifier (N(0, initializer_range^2),
+    bias 0) but differently per member (the paper's protocol from a pretrained backbone).
+    The input `loaded` is left as it was."""
 
     names = resolve_targets(loaded, targets)
     inner: Any = copy.deepcopy(loaded.model)
     ranks = target_ranks(inner, names, rank)
     spec = SVESpec(members, names, ranks, sigma_init, seed)
     generator = torch.Generator().manual_seed(seed)
-    install_layers(inner, spec, generator, loaded.family.classifier_name(inner))
+    std = float(getattr(loaded.config, "initializer_range", 0.02)) if fresh_heads else None
+    install_layers(inner, spec, generator, loaded.family.classifier_name(inner), std)
     setattr(inner.config, SVE_KEY, spec.to_dict())
     model = SVEModel(inner, spec)
     model.eval()

@@ -165,11 +165,17 @@ def freeze_all_but_members(model: nn.Module) -> None:
 
 
 def install_layers(
-    inner: Any, spec: SVESpec, generator: torch.Generator | None, classifier: str
+    inner: Any,
+    spec: SVESpec,
+    generator: torch.Generator | None,
+    classifier: str,
+    fresh_heads: float | None = None,
 ) -> None:
     """Swap the spec's targets for SVD layers and the head (the module named `classifier`)
     for M heads, through surgery: with a generator, decomposed from the current weights
-    (`SVDLinear.from_linear`), else as empty shapes for loading."""
+    (`SVDLinear.from_linear`), else as empty shapes for loading. The M heads are copies of
+    the head, or, with `fresh_heads` (a standard deviation) and a generator, each member's
+    own draw: weights ~ N(0, fresh_heads^2), bias 0, one after another from the generator."""
     from uqcompress.models.surgery import replace_module
 
     for name, rank in zip(spec.targets, spec.ranks, strict=True):
@@ -182,9 +188,16 @@ def install_layers(
     head: nn.Linear = inner.get_submodule(classifier)
     heads = GroupedLinear(spec.members, head.in_features, head.out_features)
     with torch.no_grad():
-        heads.weight.copy_(head.weight.t().expand(spec.members, -1, -1))
-        if head.bias is not None:
-            heads.bias.copy_(head.bias.expand(spec.members, 1, -1))
+        if fresh_heads is not None and generator is not None:
+            drawn = torch.randn(
+                heads.weight.shape, generator=generator, dtype=torch.float64
+            )  # [M, in, out]
+            heads.weight.copy_(drawn * fresh_heads)
+            heads.bias.zero_()
+        else:
+            heads.weight.copy_(head.weight.t().expand(spec.members, -1, -1))
+            if head.bias is not None:
+                heads.bias.copy_(head.bias.expand(spec.members, 1, -1))
     replace_module(inner, classifier, heads.to(head.weight.device, head.weight.dtype))
 
 

@@ -145,13 +145,15 @@ def train_into(
     directory: Path,
     *,
     max_length: int | None,
-    transform: Callable[[Any], Any] | None = None,
+    transform: Callable[[Any, bool], Any] | None = None,
     description: str = "finetune",
     checkpoint: Any = None,
+    replace_head: bool = False,
+    labels_hint: str | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
-    """Load the model of `source`, fine-tune it (`train.fine_tune`, `transform` included) and
-    save it into `directory` with its training history; returns the summary and the warnings
-    for its manifest."""
+    """Load the model of `source`, fine-tune it (`train.fine_tune`, `transform`,
+    `replace_head` and `labels_hint` included) and save it into `directory` with its
+    training history; returns the summary and the warnings for its manifest."""
     from uqcompress.data.encoding import check_input_kind
     from uqcompress.engine.train import fine_tune
     from uqcompress.models.loading import calibration_dropped, load_model, save_model
@@ -174,6 +176,8 @@ def train_into(
         transform=transform,
         description=description,
         checkpoint=checkpoint,
+        replace_head=replace_head,
+        labels_hint=labels_hint,
     )
     warnings += tuned.warnings
     save_model(tuned.loaded, directory)

@@ -80,7 +80,8 @@ class TrainingOptions:
     epochs, lr and batch size; `engine.train.TrainConfig.of` reads them.
 
     `select_best` None means nll with `--val` and none without (`resolve_training` records
-    which); `warmup` is a fraction of the optimizer steps; `checkpoint_every` and `resume`
+    which); `warmup` is a fraction of the optimizer steps; `ema` None trains without a
+    weight average; `checkpoint_every` and `resume`
     change where a run may stop and go on, never its result.
     """
 
@@ -90,6 +91,10 @@ class TrainingOptions:
     max_steps: int | None = added(None)
     schedule: str = added("linear")
     warmup: float = added(0.1)
+    optimizer: str = added("adamw")
+    ema: float | None = added(None)
+    ema_every: int = added(1)
+    ema_start: int = added(0)
     checkpoint_every: int | None = runtime(None)
     resume: bool = runtime(False)
     augment: str = added("none")

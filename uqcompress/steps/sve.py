@@ -11,6 +11,12 @@ from uqcompress.errors import ConfigError
 from uqcompress.steps import config as fields
 from uqcompress.steps.common import StepResult, build_or_reuse, load_training_data
 
+HEADS = ("auto", "copy", "fresh")
+OTHER_LABELS_HINT = (
+    "pass --heads fresh to give every member a new head for the data's classes (SVE as "
+    "fine-tuning from a backbone trained on other labels), or fix the label column"
+)
+
 
 @dataclass(frozen=True)
 class SVEConfig(fields.TrainingOptions):
@@ -21,6 +27,8 @@ class SVEConfig(fields.TrainingOptions):
     sigma_init: float = 0.01
     targets: str = "default"
     rank: str = "full"  # or a number: every target truncated to that rank
+    # auto: fresh heads for a base without a trained head, else copies of its head
+    heads: str = fields.added("auto")
     epochs: int = 3
     lr: float = 1e-3
     weight_decay: float = 0.01
@@ -50,6 +58,8 @@ class SVEConfig(fields.TrainingOptions):
                 f"--sigma-init {self.sigma_init} must be 0 or more (it is a noise scale)",
                 hint="pass --sigma-init 0.01 (the paper finds 0.001 to 0.1 robust)",
             )
+        if self.heads not in HEADS:
+            problems.add(f"unknown --heads {self.heads!r}", hint=f"use one of: {', '.join(HEADS)}")
         problems.check(self.rank_value)
         if not self.targets.strip():
             problems.add("--targets is empty", hint="pass default, attention or a pattern")
@@ -101,10 +111,18 @@ def run(
 
         built: dict[str, Any] = {}
 
-        def to_sve(loaded: Any) -> Any:
+        def to_sve(loaded: Any, new_head: bool) -> Any:
             built["base"] = loaded.model
+            fresh = cfg.heads == "fresh" or (cfg.heads == "auto" and new_head)
+            built["heads"] = "fresh" if fresh else "copy"
             sve = build_sve(
-                loaded, cfg.members, cfg.targets, cfg.rank_value(), cfg.sigma_init, cfg.seed
+                loaded,
+                cfg.members,
+                cfg.targets,
+                cfg.rank_value(),
+                cfg.sigma_init,
+                cfg.seed,
+                fresh_heads=fresh,
             )
             built["sve"] = sve.model
             return sve
@@ -119,11 +137,14 @@ def run(
             transform=to_sve,
             description="svd-ensemble",
             checkpoint=checkpointing(cfg, writer),
+            replace_head=cfg.heads == "fresh",
+            labels_hint=None if cfg.heads == "fresh" else OTHER_LABELS_HINT,
         )
         report = parameter_report(built["base"], built["sve"])
         weights = writer.dir / "model.safetensors"
         summary.update(
             {
+                "heads": built["heads"],
                 "parameters_base": report.base,
                 "parameters_trainable": report.trainable,
                 "parameters_extra": report.extra,
