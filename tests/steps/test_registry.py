@@ -117,6 +117,7 @@ def test_runtime_fields_are_left_out_of_the_id() -> None:
         "label_column",
         "device",
         "threads",
+        "workers",
     }
     # a recorded config with more keys than the dataclass keeps them
     assert fields.id_config(cfg, {"data": "d", "members": 2}) == {"members": 2}
