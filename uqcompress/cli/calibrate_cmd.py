@@ -15,6 +15,7 @@ from uqcompress.cli.options import (
     MaxLength,
     Out,
     TextColumn,
+    TextPairColumn,
     Threads,
     resolve_input,
 )
@@ -51,6 +52,7 @@ def calibrate(
     max_length: MaxLength = None,
     text_column: TextColumn = "text",
     label_column: LabelColumn = "label",
+    text_pair_column: TextPairColumn = None,
     device: Device = "auto",
     threads: Threads = None,
     out: Out = None,
@@ -71,6 +73,7 @@ def calibrate(
         "max_length": max_length,
         "text_column": text_column,
         "label_column": label_column,
+        "text_pair_column": text_pair_column,
         "device": device,
         "threads": threads,
     }

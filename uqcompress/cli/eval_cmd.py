@@ -15,6 +15,7 @@ from uqcompress.cli.options import (
     MaxLength,
     Out,
     TextColumn,
+    TextPairColumn,
     Threads,
     resolve_input,
 )
@@ -70,6 +71,7 @@ def evaluate(
     max_length: MaxLength = None,
     text_column: TextColumn = "text",
     label_column: LabelColumn = "label",
+    text_pair_column: TextPairColumn = None,
     device: Device = "auto",
     threads: Threads = None,
     out: Out = None,
@@ -94,6 +96,7 @@ def evaluate(
         "max_length": max_length,
         "text_column": text_column,
         "label_column": label_column,
+        "text_pair_column": text_pair_column,
         "device": device,
         "threads": threads,
     }

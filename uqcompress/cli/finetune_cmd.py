@@ -23,6 +23,7 @@ from uqcompress.cli.options import (
     Seed,
     SelectBest,
     TextColumn,
+    TextPairColumn,
     Threads,
     Warmup,
     WeightDecay,
@@ -49,6 +50,7 @@ def finetune(
     max_length: MaxLength = None,
     text_column: TextColumn = "text",
     label_column: LabelColumn = "label",
+    text_pair_column: TextPairColumn = None,
     precision: Annotated[
         str,
         typer.Option(
@@ -85,6 +87,7 @@ def finetune(
         "max_length": max_length,
         "text_column": text_column,
         "label_column": label_column,
+        "text_pair_column": text_pair_column,
         "precision": precision,
         "select_best": select_best,
         "patience": patience,

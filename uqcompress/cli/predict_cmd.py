@@ -11,6 +11,7 @@ from uqcompress.cli.options import (
     Device,
     MaxLength,
     TextColumn,
+    TextPairColumn,
     Threads,
     resolve_input,
     setup_compute,
@@ -31,6 +32,7 @@ def predict(
     batch_size: BatchSize = 64,
     max_length: MaxLength = None,
     text_column: TextColumn = "text",
+    text_pair_column: TextPairColumn = None,
     sample_chunk: Annotated[
         int | None,
         typer.Option(
@@ -65,7 +67,9 @@ def predict(
         )
     model_path = resolve_input(model)
     resolved_device, resolved_threads = setup_compute(device, threads)
-    examples = load_data(data, text_column=text_column, require_labels=False)
+    examples = load_data(
+        data, text_column=text_column, require_labels=False, text_pair_column=text_pair_column
+    )
     source = open_source(
         model_path, "model", resolved_device, resolved_threads, sample_chunk=sample_chunk
     )

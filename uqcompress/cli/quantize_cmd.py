@@ -14,6 +14,7 @@ from uqcompress.cli.options import (
     LabelColumn,
     Out,
     TextColumn,
+    TextPairColumn,
     Threads,
     resolve_input,
 )
@@ -95,6 +96,7 @@ def quantize(
     batch_size: BatchSize = 64,
     text_column: TextColumn = "text",
     label_column: LabelColumn = "label",
+    text_pair_column: TextPairColumn = None,
     device: Device = "cpu",
     threads: Threads = None,
     out: Out = None,
@@ -122,6 +124,7 @@ def quantize(
         "batch_size": batch_size,
         "text_column": text_column,
         "label_column": label_column,
+        "text_pair_column": text_pair_column,
         "device": device,
         "threads": threads,
     }

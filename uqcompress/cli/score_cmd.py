@@ -16,6 +16,7 @@ from uqcompress.cli.options import (
     Out,
     Seed,
     TextColumn,
+    TextPairColumn,
     Threads,
     resolve_input,
 )
@@ -77,6 +78,7 @@ def score(
     max_length: MaxLength = None,
     text_column: TextColumn = "text",
     label_column: LabelColumn = "label",
+    text_pair_column: TextPairColumn = None,
     device: Device = "auto",
     threads: Threads = None,
     out: Out = None,
@@ -108,6 +110,7 @@ def score(
         "max_length": max_length,
         "text_column": text_column,
         "label_column": label_column,
+        "text_pair_column": text_pair_column,
         "device": device,
         "threads": threads,
     }

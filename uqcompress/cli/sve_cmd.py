@@ -23,6 +23,7 @@ from uqcompress.cli.options import (
     Seed,
     SelectBest,
     TextColumn,
+    TextPairColumn,
     Threads,
     Warmup,
     WeightDecay,
@@ -71,6 +72,7 @@ def svd_ensemble(
     max_length: MaxLength = None,
     text_column: TextColumn = "text",
     label_column: LabelColumn = "label",
+    text_pair_column: TextPairColumn = None,
     precision: Annotated[
         str, typer.Option("--precision", help="fp32, or bf16 mixed precision (GPUs).")
     ] = "fp32",
@@ -109,6 +111,7 @@ def svd_ensemble(
         "max_length": max_length,
         "text_column": text_column,
         "label_column": label_column,
+        "text_pair_column": text_pair_column,
         "precision": precision,
         "select_best": select_best,
         "patience": patience,

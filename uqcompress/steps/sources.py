@@ -143,7 +143,7 @@ class OnnxSource(PredictionSource):
         start = time.perf_counter()
         if data.input_kind == "text":
             assert data.texts is not None
-            result = self.predictor.predict_texts(data.texts, batch_size)
+            result = self.predictor.predict_texts(data.texts, batch_size, pairs=data.text_pairs)
         else:
             assert data.images is not None
             result = self.predictor.predict_pixels(data.images, batch_size)
