@@ -232,3 +232,20 @@ def test_unknown_hub_data_set_offline_says_it_cannot_be_fetched(
         load_data("hf:uqc-test/not-there/cfg@train")
     assert "cannot be fetched: offline mode is set" in str(caught.value)
     assert "hf:ORG/NAME/CONFIG@SPLIT" in caught.value.hint
+
+
+def test_a_dry_run_reads_the_hub_cache_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import datasets
+
+    from uqcompress.runtime.planning import planning
+
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)  # as if online
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(_hub_cache(tmp_path, RECORDS)))
+    monkeypatch.chdir(tmp_path)
+    with planning():
+        assert len(load_data("hf:uqc-test/tiny-pairs/plain@train", **PAIR)) == 4
+        with pytest.raises(DataError, match="cannot be fetched: a dry run downloads nothing"):
+            load_data("hf:uqc-test/not-there@train")
+    assert datasets.config.HF_HUB_OFFLINE is False  # restored

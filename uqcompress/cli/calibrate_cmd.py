@@ -27,8 +27,8 @@ def calibrate(
         str,
         typer.Option(
             "--data",
-            help="Held-out labelled data (not the training data): builtin:NAME\\[@split] or "
-            "FILE.csv.",
+            help="Held-out labelled data (not the training data): builtin:NAME\\[@split], "
+            "FILE.csv, a folder or hf:NAME\\[/CONFIG]@SPLIT.",
         ),
     ],
     abstain_coverage: Annotated[

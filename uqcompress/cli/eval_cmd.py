@@ -30,7 +30,12 @@ def evaluate(
         ),
     ],
     data: Annotated[
-        str, typer.Option("--data", help="Labelled data: builtin:NAME\\[@split] or FILE.csv.")
+        str,
+        typer.Option(
+            "--data",
+            help="Labelled data: builtin:NAME\\[@split], FILE.csv, a "
+            "folder or hf:NAME\\[/CONFIG]@SPLIT.",
+        ),
     ],
     ood: Annotated[
         list[str] | None,

@@ -34,7 +34,12 @@ from uqcompress.cli.options import (
 def finetune(
     model: Annotated[str, typer.Argument(help="Model artifact or transformers dir ('-': stdin).")],
     data: Annotated[
-        str, typer.Option("--data", help="Training data: builtin:NAME\\[@split] or FILE.csv.")
+        str,
+        typer.Option(
+            "--data",
+            help="Training data: builtin:NAME\\[@split], FILE.csv, a "
+            "folder or hf:NAME\\[/CONFIG]@SPLIT.",
+        ),
     ],
     val: Annotated[
         str | None,

@@ -26,7 +26,8 @@ def predict(
         str,
         typer.Option(
             "--data",
-            help="Examples: builtin:NAME\\[@split] or FILE.csv (a label column is not needed).",
+            help="Examples: builtin:NAME\\[@split], FILE.csv, a "
+            "folder or hf:NAME\\[/CONFIG]@SPLIT (a label column is not needed).",
         ),
     ],
     batch_size: BatchSize = 64,

@@ -36,7 +36,8 @@ def quantize(
         typer.Option(
             "--data",
             help="Examples for the drift gate (labelled, for the ECE and NLL deltas) and, "
-            "with --mode static, for calibration: builtin:NAME\\[@split] or FILE.csv.",
+            "with --mode static, for calibration: builtin:NAME\\[@split], FILE.csv, a "
+            "folder or hf:NAME\\[/CONFIG]@SPLIT.",
             show_default=False,
         ),
     ] = None,

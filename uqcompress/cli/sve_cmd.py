@@ -36,7 +36,12 @@ def svd_ensemble(
         str, typer.Argument(help="A fine-tuned model artifact or transformers dir ('-': stdin).")
     ],
     data: Annotated[
-        str, typer.Option("--data", help="Training data: builtin:NAME\\[@split] or FILE.csv.")
+        str,
+        typer.Option(
+            "--data",
+            help="Training data: builtin:NAME\\[@split], FILE.csv, a "
+            "folder or hf:NAME\\[/CONFIG]@SPLIT.",
+        ),
     ],
     val: Annotated[
         str | None,

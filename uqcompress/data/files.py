@@ -116,19 +116,31 @@ def load_hub_dataset(
             "local files instead of the Hub data set",
             hint=f"pass the local data as --data {name} itself, or run from another folder",
         )
+    from huggingface_hub.utils import logging as hub_logging
+
+    from uqcompress.runtime.planning import is_planning
+
     _quiet(datasets)
+    hub_logging.set_verbosity_error()  # no retry narration: the outcome is one line
     cache = os.environ.get("HF_DATASETS_CACHE") or None  # read now, not at datasets' import
+    # a dry run (uqc run --dry-run) reads the cache only: it downloads nothing
+    offline = is_planning() or bool(datasets.config.HF_HUB_OFFLINE)
+    saved = datasets.config.HF_HUB_OFFLINE
+    datasets.config.HF_HUB_OFFLINE = offline
     try:
         table = datasets.load_dataset(name, config, split=split, cache_dir=cache)
     except Exception as exc:  # not cached and offline, no such data set, config or split
-        offline = bool(datasets.config.HF_HUB_OFFLINE) or os.environ.get(
-            "HF_DATASETS_OFFLINE", ""
-        ).upper() in ("1", "ON", "YES", "TRUE")
         reason = _reason(exc)
         missing = isinstance(exc, ConnectionError | FileNotFoundError) or "Hub" in reason
         if missing:
             where = cache or str(datasets.config.HF_DATASETS_CACHE)
-            mode = "offline mode is set" if offline else reason
+            mode = (
+                "a dry run downloads nothing"
+                if is_planning()
+                else "offline mode is set"
+                if offline
+                else reason
+            )
             raise DataError(
                 f"{spec} is not in the local datasets cache ({where}) and cannot be fetched: "
                 f"{mode}",
@@ -140,6 +152,8 @@ def load_hub_dataset(
             f"cannot read {spec} ({reason})",
             hint="check the configuration and split names (hf:ORG/NAME/CONFIG@SPLIT)",
         ) from exc
+    finally:
+        datasets.config.HF_HUB_OFFLINE = saved
     return from_dataset(table, spec, text_column, label_column, require_labels, pair_column)
 
 
