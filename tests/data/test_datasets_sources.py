@@ -143,6 +143,10 @@ def test_bad_save_to_disk_folders(tmp_path: Path) -> None:
 
 def test_missing_pair_column_names_the_columns(tmp_path: Path) -> None:
     specs = _formats(tmp_path, RECORDS)
+    blank = tmp_path / "blank.csv"
+    blank.write_text("sentence1,sentence2,label\na,b,pos\nc,,neg\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"blank\.csv line 3: empty 'sentence2'"):
+        load_data(str(blank), **PAIR)
     with pytest.raises(DataError, match="has no column 'hypothesis'; its columns are sentence1"):
         load_data(specs["disk"], text_column="sentence1", text_pair_column="hypothesis")
     with pytest.raises(DataError, match="reads text pairs; builtin:digits holds images"):

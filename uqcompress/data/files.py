@@ -201,8 +201,8 @@ def from_dataset(
     if len(table) == 0:  # a JSON/Parquet file or a saved split with no records
         raise DataError(f"{spec} has no rows", hint="pass a data set with at least one example")
     word = "line" if row_base == 2 else "row"
-    texts_raw: list[Any] = table[text_column]
-    pairs_raw: list[Any] | None = table[pair_column] if pair_column is not None else None
+    texts_raw: list[Any] = list(table[text_column])
+    pairs_raw: list[Any] | None = list(table[pair_column]) if pair_column is not None else None
     checks: list[tuple[str | None, list[Any] | None]] = [
         (text_column, texts_raw),
         (pair_column, pairs_raw),
