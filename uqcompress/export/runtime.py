@@ -381,8 +381,8 @@ class Predictor:
         if self.text_pair is True and pairs is None:
             raise DataError(
                 "the model was fine-tuned on text pairs; no pair texts were given",
-                hint="pass the second texts too: predict_texts(texts, pairs=...) or "
-                "uqc predict --text-pair-column COLUMN",
+                hint="pass the second texts too (--text-pair-column COLUMN; in Python "
+                "predict_texts(texts, pairs=...))",
             )
         if self.text_pair is False and pairs is not None:
             raise DataError(
