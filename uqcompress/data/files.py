@@ -201,8 +201,8 @@ def from_dataset(
     if len(table) == 0:  # a JSON/Parquet file or a saved split with no records
         raise DataError(f"{spec} has no rows", hint="pass a data set with at least one example")
     word = "line" if row_base == 2 else "row"
-    texts_raw: list[Any] = list(table[text_column])
-    pairs_raw: list[Any] | None = list(table[pair_column]) if pair_column is not None else None
+    texts_raw = _values(table, text_column)
+    pairs_raw = _values(table, pair_column) if pair_column is not None else None
     checks: list[tuple[str | None, list[Any] | None]] = [
         (text_column, texts_raw),
         (pair_column, pairs_raw),
@@ -217,7 +217,7 @@ def from_dataset(
     names = class_names(table, label_column) if labelled else None
     labels: list[Any] | None = None
     if labelled:
-        labels = list(table[label_column])
+        labels = _values(table, label_column)
         if None in labels:
             row = labels.index(None) + row_base
             raise DataError(
@@ -251,6 +251,13 @@ def from_dataset(
         text_pairs=[str(t) for t in pairs_raw] if pairs_raw is not None else None,
         columns=[text_column] + ([pair_column] if pair_column is not None else []),
     )
+
+
+def _values(table: Any, column: str) -> list[Any]:
+    """A column as a Python list, through Arrow (`table[column]` formats row by row: about
+    70x slower on 200k rows)."""
+    values: list[Any] = table.with_format("arrow")[column].to_pylist()
+    return values
 
 
 FINGERPRINT_BATCH = 4096  # rows per Arrow batch while hashing
