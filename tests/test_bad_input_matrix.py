@@ -180,6 +180,32 @@ def _bomb(tmp: Path, f: dict[str, Path]) -> list[str]:
     return ["eval", str(f["vit"]), "--data", str(tmp / "imgs")]
 
 
+def _bad_saved(tmp: Path, f: dict[str, Path]) -> list[str]:
+    """A save_to_disk folder whose state.json is damaged."""
+    folder = tmp / "saved"
+    folder.mkdir()
+    (folder / "state.json").write_text("{not json")
+    (folder / "dataset_info.json").write_text("{}")
+    return ["eval", str(f["bert"]), "--data", str(folder)]
+
+
+def _saved_dict(tmp: Path, f: dict[str, Path]) -> list[str]:
+    folder = tmp / "splits"
+    for split in ("test", "train"):
+        (folder / split).mkdir(parents=True)
+        (folder / split / "state.json").write_text("{}")
+    (folder / "dataset_dict.json").write_text('{"splits": ["test", "train"]}')
+    return ["eval", str(f["bert"]), "--data", str(folder)]
+
+
+def _pair_model(tmp: Path) -> Path:
+    """A model whose training recorded text pairs (uqc finetune --text-pair-column)."""
+    loaded = create_model("bert", ["neg", "pos"])
+    loaded.model.config.uqc_text_input = {"pair": True, "columns": ["premise", "hypothesis"]}
+    save_model(loaded, tmp / "pairmodel")
+    return tmp / "pairmodel"
+
+
 def _occupied_out(tmp: Path, f: dict[str, Path]) -> list[str]:
     return [
         "init",
@@ -448,6 +474,27 @@ ROWS: dict[str, tuple[Case, str]] = {
             _csv(t, "d.csv", "text,text,label\na,b,pos\n"),
         ],
         "two columns named 'text' (columns 1 and 2)",
+    ),
+    "unknown Hub data set offline": (
+        lambda t, f: ["eval", str(f["bert"]), "--data", "hf:uqc-test/not-there/cfg@train"],
+        "is not in the local datasets cache",
+    ),
+    "missing pair column": (
+        lambda t, f: [
+            "eval",
+            str(f["bert"]),
+            "--data",
+            str(f["test"]),
+            "--text-pair-column",
+            "hypothesis",
+        ],
+        "no column 'hypothesis'; its columns are text, label",
+    ),
+    "unreadable save_to_disk folder": (_bad_saved, "as a datasets save_to_disk directory"),
+    "a DatasetDict folder": (_saved_dict, "is a DatasetDict saved with save_to_disk (splits: "),
+    "single texts for a pair model": (
+        lambda t, f: ["eval", str(_pair_model(t)), "--data", str(f["test"])],
+        "the model was fine-tuned on text pairs (premise, hypothesis)",
     ),
     "decompression-bomb image": (_bomb, "is 15000x15000 pixels (225,000,000), more than"),
     "occupied --out": (_occupied_out, "already holds a different model artifact"),
@@ -835,6 +882,7 @@ def test_bad_input_row(
         if torch.cuda.is_available():
             pytest.skip("a GPU is visible here")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf-datasets"))  # an empty cache
     work = tmp_path / "work"
     work.mkdir()
     build, needle = ROWS[row]

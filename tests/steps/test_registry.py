@@ -115,6 +115,7 @@ def test_runtime_fields_are_left_out_of_the_id() -> None:
         "ood",
         "text_column",
         "label_column",
+        "text_pair_column",  # the pair texts are in the data fingerprint
         "device",
         "threads",
         "workers",

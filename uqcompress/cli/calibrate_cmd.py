@@ -15,6 +15,7 @@ from uqcompress.cli.options import (
     MaxLength,
     Out,
     TextColumn,
+    TextPairColumn,
     Threads,
     Workers,
     resolve_input,
@@ -27,8 +28,8 @@ def calibrate(
         str,
         typer.Option(
             "--data",
-            help="Held-out labelled data (not the training data): builtin:NAME\\[@split] or "
-            "FILE.csv.",
+            help="Held-out labelled data (not the training data): builtin:NAME\\[@split], "
+            "FILE.csv, a folder or hf:NAME\\[/CONFIG]@SPLIT.",
         ),
     ],
     abstain_coverage: Annotated[
@@ -52,6 +53,7 @@ def calibrate(
     max_length: MaxLength = None,
     text_column: TextColumn = "text",
     label_column: LabelColumn = "label",
+    text_pair_column: TextPairColumn = None,
     device: Device = "auto",
     threads: Threads = None,
     workers: Workers = 0,
@@ -73,6 +75,7 @@ def calibrate(
         "max_length": max_length,
         "text_column": text_column,
         "label_column": label_column,
+        "text_pair_column": text_pair_column,
         "device": device,
         "threads": threads,
         "workers": workers,

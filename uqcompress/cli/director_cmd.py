@@ -28,6 +28,7 @@ from uqcompress.cli.options import (
     Seed,
     SelectBest,
     TextColumn,
+    TextPairColumn,
     Threads,
     Warmup,
     WeightDecay,
@@ -41,7 +42,12 @@ def distill_director(
         str, typer.Argument(help="The teacher: a fine-tuned model artifact or transformers dir.")
     ],
     data: Annotated[
-        str, typer.Option("--data", help="Training data: builtin:NAME\\[@split] or FILE.csv.")
+        str,
+        typer.Option(
+            "--data",
+            help="Training data: builtin:NAME\\[@split], FILE.csv, a "
+            "folder or hf:NAME\\[/CONFIG]@SPLIT.",
+        ),
     ],
     val: Annotated[
         str | None,
@@ -93,6 +99,7 @@ def distill_director(
     max_length: MaxLength = None,
     text_column: TextColumn = "text",
     label_column: LabelColumn = "label",
+    text_pair_column: TextPairColumn = None,
     select_best: SelectBest = None,
     patience: Patience = None,
     grad_accum: GradAccum = 1,
@@ -137,6 +144,7 @@ def distill_director(
         "max_length": max_length,
         "text_column": text_column,
         "label_column": label_column,
+        "text_pair_column": text_pair_column,
         "select_best": select_best,
         "patience": patience,
         "grad_accum": grad_accum,

@@ -15,6 +15,7 @@ from uqcompress.cli.options import (
     MaxLength,
     Out,
     TextColumn,
+    TextPairColumn,
     Threads,
     Workers,
     resolve_input,
@@ -30,7 +31,12 @@ def evaluate(
         ),
     ],
     data: Annotated[
-        str, typer.Option("--data", help="Labelled data: builtin:NAME\\[@split] or FILE.csv.")
+        str,
+        typer.Option(
+            "--data",
+            help="Labelled data: builtin:NAME\\[@split], FILE.csv, a "
+            "folder or hf:NAME\\[/CONFIG]@SPLIT.",
+        ),
     ],
     ood: Annotated[
         list[str] | None,
@@ -72,6 +78,7 @@ def evaluate(
     max_length: MaxLength = None,
     text_column: TextColumn = "text",
     label_column: LabelColumn = "label",
+    text_pair_column: TextPairColumn = None,
     device: Device = "auto",
     threads: Threads = None,
     workers: Workers = 0,
@@ -97,6 +104,7 @@ def evaluate(
         "max_length": max_length,
         "text_column": text_column,
         "label_column": label_column,
+        "text_pair_column": text_pair_column,
         "device": device,
         "threads": threads,
         "workers": workers,

@@ -13,6 +13,7 @@ from uqcompress.cli.options import (
     LabelColumn,
     Out,
     TextColumn,
+    TextPairColumn,
     Threads,
     resolve_input,
 )
@@ -49,6 +50,7 @@ def export(
     ] = False,
     text_column: TextColumn = "text",
     label_column: LabelColumn = "label",
+    text_pair_column: TextPairColumn = None,
     device: Device = "cpu",
     threads: Threads = None,
     out: Out = None,
@@ -67,6 +69,7 @@ def export(
         "materialize": materialize,
         "text_column": text_column,
         "label_column": label_column,
+        "text_pair_column": text_pair_column,
         "device": device,
         "threads": threads,
     }

@@ -28,6 +28,7 @@ from uqcompress.cli.options import (
     Seed,
     SelectBest,
     TextColumn,
+    TextPairColumn,
     Threads,
     Warmup,
     WeightDecay,
@@ -39,7 +40,12 @@ from uqcompress.cli.options import (
 def finetune(
     model: Annotated[str, typer.Argument(help="Model artifact or transformers dir ('-': stdin).")],
     data: Annotated[
-        str, typer.Option("--data", help="Training data: builtin:NAME\\[@split] or FILE.csv.")
+        str,
+        typer.Option(
+            "--data",
+            help="Training data: builtin:NAME\\[@split], FILE.csv, a "
+            "folder or hf:NAME\\[/CONFIG]@SPLIT.",
+        ),
     ],
     val: Annotated[
         str | None,
@@ -55,6 +61,7 @@ def finetune(
     max_length: MaxLength = None,
     text_column: TextColumn = "text",
     label_column: LabelColumn = "label",
+    text_pair_column: TextPairColumn = None,
     precision: Annotated[
         str,
         typer.Option(
@@ -97,6 +104,7 @@ def finetune(
         "max_length": max_length,
         "text_column": text_column,
         "label_column": label_column,
+        "text_pair_column": text_pair_column,
         "precision": precision,
         "select_best": select_best,
         "patience": patience,

@@ -53,8 +53,22 @@ MaxLength = Annotated[
         show_default=False,
     ),
 ]
-TextColumn = Annotated[str, typer.Option("--text-column", help="Text column of CSV data.")]
-LabelColumn = Annotated[str, typer.Option("--label-column", help="Label column of CSV data.")]
+TextColumn = Annotated[
+    str, typer.Option("--text-column", help="Text column of table data (files, save_to_disk, hf:).")
+]
+TextPairColumn = Annotated[
+    str | None,
+    typer.Option(
+        "--text-pair-column",
+        help="Second text column of pair tasks (e.g. sentence2, with --text-column sentence1): "
+        "each example is the tokenizer's pair input. Default: single texts.",
+        show_default=False,
+    ),
+]
+LabelColumn = Annotated[
+    str,
+    typer.Option("--label-column", help="Label column of table data (files, save_to_disk, hf:)."),
+]
 WeightDecay = Annotated[
     float,
     typer.Option(

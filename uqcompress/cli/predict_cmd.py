@@ -11,6 +11,7 @@ from uqcompress.cli.options import (
     Device,
     MaxLength,
     TextColumn,
+    TextPairColumn,
     Threads,
     Workers,
     resolve_input,
@@ -26,12 +27,14 @@ def predict(
         str,
         typer.Option(
             "--data",
-            help="Examples: builtin:NAME\\[@split] or FILE.csv (a label column is not needed).",
+            help="Examples: builtin:NAME\\[@split], FILE.csv, a "
+            "folder or hf:NAME\\[/CONFIG]@SPLIT (a label column is not needed).",
         ),
     ],
     batch_size: BatchSize = 64,
     max_length: MaxLength = None,
     text_column: TextColumn = "text",
+    text_pair_column: TextPairColumn = None,
     sample_chunk: Annotated[
         int | None,
         typer.Option(
@@ -75,7 +78,9 @@ def predict(
         )
     model_path = resolve_input(model)
     resolved_device, resolved_threads = setup_compute(device, threads)
-    examples = load_data(data, text_column=text_column, require_labels=False)
+    examples = load_data(
+        data, text_column=text_column, require_labels=False, text_pair_column=text_pair_column
+    )
     source = open_source(
         model_path, "model", resolved_device, resolved_threads, sample_chunk=sample_chunk
     )

@@ -14,6 +14,7 @@ from uqcompress.cli.options import (
     LabelColumn,
     Out,
     TextColumn,
+    TextPairColumn,
     Threads,
     resolve_input,
 )
@@ -35,7 +36,8 @@ def quantize(
         typer.Option(
             "--data",
             help="Examples for the drift gate (labelled, for the ECE and NLL deltas) and, "
-            "with --mode static, for calibration: builtin:NAME\\[@split] or FILE.csv.",
+            "with --mode static, for calibration: builtin:NAME\\[@split], FILE.csv, a "
+            "folder or hf:NAME\\[/CONFIG]@SPLIT.",
             show_default=False,
         ),
     ] = None,
@@ -95,6 +97,7 @@ def quantize(
     batch_size: BatchSize = 64,
     text_column: TextColumn = "text",
     label_column: LabelColumn = "label",
+    text_pair_column: TextPairColumn = None,
     device: Device = "cpu",
     threads: Threads = None,
     out: Out = None,
@@ -122,6 +125,7 @@ def quantize(
         "batch_size": batch_size,
         "text_column": text_column,
         "label_column": label_column,
+        "text_pair_column": text_pair_column,
         "device": device,
         "threads": threads,
     }

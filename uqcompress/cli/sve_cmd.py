@@ -28,6 +28,7 @@ from uqcompress.cli.options import (
     Seed,
     SelectBest,
     TextColumn,
+    TextPairColumn,
     Threads,
     Warmup,
     WeightDecay,
@@ -45,7 +46,12 @@ def svd_ensemble(
         ),
     ],
     data: Annotated[
-        str, typer.Option("--data", help="Training data: builtin:NAME\\[@split] or FILE.csv.")
+        str,
+        typer.Option(
+            "--data",
+            help="Training data: builtin:NAME\\[@split], FILE.csv, a "
+            "folder or hf:NAME\\[/CONFIG]@SPLIT.",
+        ),
     ],
     val: Annotated[
         str | None,
@@ -92,6 +98,7 @@ def svd_ensemble(
     max_length: MaxLength = None,
     text_column: TextColumn = "text",
     label_column: LabelColumn = "label",
+    text_pair_column: TextPairColumn = None,
     precision: Annotated[
         str, typer.Option("--precision", help="fp32, or bf16 mixed precision (GPUs).")
     ] = "fp32",
@@ -139,6 +146,7 @@ def svd_ensemble(
         "max_length": max_length,
         "text_column": text_column,
         "label_column": label_column,
+        "text_pair_column": text_pair_column,
         "precision": precision,
         "select_best": select_best,
         "patience": patience,

@@ -50,6 +50,9 @@ class EncodedData:
     pad_token_id: int = 0
     pad_left: bool = False  # the tokenizer pads on the left (decoders often do)
     truncated: int = 0
+    # Text pairs for a family with token types (BERT, ELECTRA): the tokenizer's segment ids
+    # (0 for the first text, 1 for the second); None: all zeros.
+    token_type_ids: list[list[int]] | None = None
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -65,6 +68,67 @@ def check_input_kind(data: LabeledData, input_kind: str, model_name: str) -> Non
         )
 
 
+# The model config key where training records what text the model reads: single texts or
+# pairs (and the columns it was trained on, for messages): {"pair": bool, "columns": [...]}.
+TEXT_INPUT_KEY = "uqc_text_input"
+
+
+def recorded_text_input(config: Any) -> dict[str, Any] | None:
+    """What a model's training recorded about its text input (None: not recorded, e.g. an
+    imported checkpoint or a model trained before uqc recorded it: any input is taken)."""
+    recorded = getattr(config, TEXT_INPUT_KEY, None)
+    return recorded if isinstance(recorded, dict) and "pair" in recorded else None
+
+
+def record_text_input(config: Any, data: LabeledData) -> str | None:
+    """Record in a model config (before it is saved) whether its training data were text
+    pairs; returns a warning when that changes what the model was trained on before."""
+    if data.input_kind != "text":
+        return None
+    pair = data.text_pairs is not None
+    before = recorded_text_input(config)
+    setattr(config, TEXT_INPUT_KEY, {"pair": pair, "columns": list(data.columns or [])})
+    if before is not None and bool(before["pair"]) != pair:
+        was, now = ("text pairs", "single texts") if before["pair"] else ("single texts", "pairs")
+        return f"the model was trained on {was} before; it is now trained on {now} ({data.spec})"
+    return None
+
+
+def check_text_input(data: LabeledData, config: Any) -> None:
+    """Data read as single texts for a model trained on pairs (or the reverse) fail in one
+    line naming the columns to pass."""
+    recorded = recorded_text_input(config)
+    if recorded is None or data.input_kind != "text":
+        return
+    columns = [str(c) for c in recorded.get("columns") or []]
+    if recorded["pair"] and data.text_pairs is None:
+        shown = f" ({', '.join(columns)})" if len(columns) == 2 else ""
+        flags = (
+            f"--text-column {columns[0]} --text-pair-column {columns[1]}"
+            if len(columns) == 2
+            else "--text-pair-column COLUMN"
+        )
+        raise DataError(
+            f"the model was fine-tuned on text pairs{shown}; {data.spec} is read as single texts",
+            hint=f"pass the pair's columns: {flags}",
+        )
+    if not recorded["pair"] and data.text_pairs is not None:
+        raise DataError(
+            f"the model was fine-tuned on single texts; {data.spec} is read as text pairs "
+            "(--text-pair-column)",
+            hint="drop --text-pair-column (or fine-tune the model on pairs first)",
+        )
+
+
+def uses_token_types(loaded: LoadedModel) -> bool:
+    """Whether the model tells a pair's two texts apart by token type (segment) ids: its
+    embeddings have more than one type (BERT, ELECTRA; not RoBERTa, XLM-RoBERTa, DistilBERT
+    or the decoders) and its tokenizer returns them."""
+    types = int(getattr(loaded.config, "type_vocab_size", 0) or 0)
+    names = getattr(loaded.tokenizer, "model_input_names", [])
+    return types > 1 and "token_type_ids" in names
+
+
 def encode(
     data: LabeledData,
     loaded: LoadedModel,
@@ -73,9 +137,13 @@ def encode(
     *,
     augment: str = "none",
     workers: int = 0,
+    check_pairs: bool = True,
 ) -> EncodedData:
     """Tokenise text with the model's tokenizer (truncating to `max_length`, default the
-    model's limit), or pair the images with the model's image processor (run per batch)."""
+    model's limit; text pairs as the tokenizer's pair input, the longer text truncated first),
+    or pair the images with the model's image processor (run per batch). With
+    ``check_pairs`` (all but training data), data must be pairs exactly when the model was
+    trained on pairs."""
     check_input_kind(data, loaded.input_kind, loaded.family.name)
     if loaded.input_kind == "image":
         assert loaded.preprocessing is not None
@@ -91,9 +159,16 @@ def encode(
             f"--max-length {max_length} is outside 3..{limit} (the model's limit)",
             hint=f"pass --max-length between 3 and {limit}, or leave it out",
         )
-    full = loaded.tokenizer(data.texts, truncation=False, add_special_tokens=True)["input_ids"]
-    truncated = sum(1 for ids in full if len(ids) > max_length)
-    ids = loaded.tokenizer(data.texts, truncation=True, max_length=max_length)["input_ids"]
+    if check_pairs:
+        check_text_input(data, loaded.config)
+    pairs = data.text_pairs
+    full = loaded.tokenizer(data.texts, pairs, truncation=False, add_special_tokens=True)
+    truncated = sum(1 for ids in full["input_ids"] if len(ids) > max_length)
+    tokens = loaded.tokenizer(data.texts, pairs, truncation=True, max_length=max_length)
+    ids = tokens["input_ids"]
+    types = None
+    if pairs is not None and uses_token_types(loaded) and "token_type_ids" in tokens:
+        types = [list(map(int, row)) for row in tokens["token_type_ids"]]
     pad = loaded.tokenizer.pad_token_id
     return EncodedData(
         input_kind="text",
@@ -103,6 +178,7 @@ def encode(
         pad_left=getattr(loaded.tokenizer, "padding_side", "right") == "left",
         truncated=truncated,
         workers=workers,
+        token_type_ids=types,
     )
 
 
@@ -198,13 +274,16 @@ def collate(encoded: EncodedData, keys: list[Any]) -> dict[str, Any]:
     width = max(len(r) for r in rows)
     ids = torch.full((len(rows), width), encoded.pad_token_id, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
+    types = torch.zeros_like(ids)  # padding has type 0, as the tokenizer pads it
     for i, row in enumerate(rows):
         start = width - len(row) if encoded.pad_left else 0
         ids[i, start : start + len(row)] = torch.as_tensor(row)
         mask[i, start : start + len(row)] = 1
+        if encoded.token_type_ids is not None:
+            types[i, start : start + len(row)] = torch.as_tensor(encoded.token_type_ids[indices[i]])
     batch["input_ids"] = ids
     batch["attention_mask"] = mask
-    batch["token_type_ids"] = torch.zeros_like(ids)
+    batch["token_type_ids"] = types
     return batch
 
 

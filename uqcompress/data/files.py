@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from uqcompress.artifacts.hashing import sha256_bytes, sha256_file
 from uqcompress.data.dataset import LabeledData
 from uqcompress.errors import DataError
 
@@ -38,12 +37,16 @@ def _reason(exc: BaseException) -> str:
 
 
 def load_text_file(
-    path: Path, text_column: str, label_column: str, require_labels: bool = True
+    path: Path,
+    text_column: str,
+    label_column: str,
+    require_labels: bool = True,
+    pair_column: str | None = None,
 ) -> LabeledData:
-    """Read a table with a text column and a label column.
+    """Read a table with a text column (and a pair column) and a label column.
 
-    The fingerprint hashes the file's bytes and the two column names, so renaming the file
-    keeps the id and editing one cell changes it.
+    The fingerprint hashes the contents (`content_fingerprint`), so renaming the file or
+    re-saving it in another format keeps the id and editing one cell changes it.
     """
 
     import datasets
@@ -53,43 +56,266 @@ def load_text_file(
         _check_csv_shape(path)
     elif builder == "parquet":
         _check_parquet_columns(path)
-    datasets.disable_progress_bars()
-    datasets.logging.set_verbosity_error()
+    _quiet(datasets)
     try:
         table = datasets.load_dataset(builder, data_files=str(path), split="train")
     except Exception as exc:  # datasets raises many types for unreadable files
         raise DataError(f"cannot read {path} as {what} ({_reason(exc)})", hint=hint) from exc
+    return from_dataset(
+        table, str(path), text_column, label_column, require_labels, pair_column, row_base=2
+    )
+
+
+def load_saved_dataset(
+    path: Path,
+    text_column: str,
+    label_column: str,
+    require_labels: bool = True,
+    pair_column: str | None = None,
+) -> LabeledData:
+    """Read a directory written by `datasets.Dataset.save_to_disk` (one split)."""
+    import datasets
+
+    _quiet(datasets)
+    try:
+        table = datasets.load_from_disk(str(path))
+    except Exception as exc:  # missing shards, a damaged state.json or Arrow file, ...
+        raise DataError(
+            f"cannot read {path} as a datasets save_to_disk directory ({_reason(exc)})",
+            hint="re-save it with Dataset.save_to_disk(DIR), or pass the folder that holds "
+            "its state.json and .arrow files",
+        ) from exc
+    if not isinstance(table, datasets.Dataset):  # a DatasetDict without dataset_dict.json
+        raise DataError(
+            f"{path} holds several splits ({', '.join(table)}); uqc reads one split",
+            hint="pass the split's folder",
+        )
+    return from_dataset(table, str(path), text_column, label_column, require_labels, pair_column)
+
+
+def load_hub_dataset(
+    spec: str,
+    name: str,
+    config: str | None,
+    split: str,
+    text_column: str,
+    label_column: str,
+    require_labels: bool = True,
+    pair_column: str | None = None,
+) -> LabeledData:
+    """`hf:NAME[/CONFIG]@SPLIT` through `datasets.load_dataset`: the local datasets cache
+    ($HF_DATASETS_CACHE) when it has the data set (always, with HF_DATASETS_OFFLINE=1 or
+    HF_HUB_OFFLINE=1), else a download from the Hub."""
+    import os
+
+    import datasets
+
+    if Path(name).exists():  # load_dataset would read the local path instead of the Hub
+        raise DataError(
+            f"{spec} names {name!r}, which is also a local path here; datasets would read the "
+            "local files instead of the Hub data set",
+            hint=f"pass the local data as --data {name} itself, or run from another folder",
+        )
+    from huggingface_hub.utils import logging as hub_logging
+
+    from uqcompress.runtime.planning import is_planning
+
+    _quiet(datasets)
+    hub_logging.set_verbosity_error()  # no retry narration: the outcome is one line
+    cache = os.environ.get("HF_DATASETS_CACHE") or None  # read now, not at datasets' import
+    # a dry run (uqc run --dry-run) reads the cache only: it downloads nothing
+    offline = is_planning() or bool(datasets.config.HF_HUB_OFFLINE)
+    saved = datasets.config.HF_HUB_OFFLINE
+    datasets.config.HF_HUB_OFFLINE = offline
+    try:
+        table = datasets.load_dataset(name, config, split=split, cache_dir=cache)
+    except Exception as exc:  # not cached and offline, no such data set, config or split
+        reason = _reason(exc)
+        missing = isinstance(exc, ConnectionError | FileNotFoundError) or "Hub" in reason
+        if missing:
+            where = cache or str(datasets.config.HF_DATASETS_CACHE)
+            mode = (
+                "a dry run downloads nothing"
+                if is_planning()
+                else "offline mode is set"
+                if offline
+                else reason
+            )
+            raise DataError(
+                f"{spec} is not in the local datasets cache ({where}) and cannot be fetched: "
+                f"{mode}",
+                hint="check the name (a configuration goes third: hf:ORG/NAME/CONFIG@SPLIT); "
+                "load it once where the Hub is reachable so the cache has it, or pass a "
+                "save_to_disk folder or a file",
+            ) from exc
+        raise DataError(
+            f"cannot read {spec} ({reason})",
+            hint="check the configuration and split names (hf:ORG/NAME/CONFIG@SPLIT)",
+        ) from exc
+    finally:
+        datasets.config.HF_HUB_OFFLINE = saved
+    return from_dataset(table, spec, text_column, label_column, require_labels, pair_column)
+
+
+def _quiet(datasets: Any) -> None:
+    datasets.disable_progress_bars()
+    datasets.logging.set_verbosity_error()
+
+
+def class_names(table: Any, column: str) -> list[str] | None:
+    """The names of a `datasets.ClassLabel` column, or None for a plain column."""
+    import datasets
+
+    feature = table.features.get(column)
+    if isinstance(feature, datasets.ClassLabel):
+        return [str(n) for n in feature.names]
+    return None
+
+
+def from_dataset(
+    table: Any,
+    spec: str,
+    text_column: str,
+    label_column: str,
+    require_labels: bool,
+    pair_column: str | None = None,
+    row_base: int = 0,
+) -> LabeledData:
+    """A `datasets.Dataset` as labelled examples: its text (and pair) column, and its labels
+    (a ClassLabel column's class ids become its names; -1, no label, is refused where labels
+    are required and makes the set unlabelled where they are not). Rows are named from
+    `row_base` (2 for a CSV's line numbers)."""
     columns = list(table.column_names)
     labelled = require_labels or label_column in columns
     needed = [("--text-column", text_column)]
+    if pair_column is not None:
+        needed.append(("--text-pair-column", pair_column))
     if labelled:
         needed.append(("--label-column", label_column))
     for flag, column in needed:
         if column not in columns:
             raise DataError(
-                f"{path} has no column {column!r}; its columns are {', '.join(columns)}",
+                f"{spec} has no column {column!r}; its columns are {', '.join(columns)}",
                 hint=f"pass {flag} with one of those names",
             )
-    if len(table) == 0:  # a JSON/Parquet file with no records
-        raise DataError(f"{path} has no rows", hint="pass a file with at least one example")
-    texts_raw: list[Any] = table[text_column]
-    labels: list[Any] = table[label_column] if labelled else [0] * len(texts_raw)
-    for row, (text, label) in enumerate(zip(texts_raw, labels, strict=True), start=2):
-        if text is None or label is None:
-            which = text_column if text is None else label_column
+    if len(table) == 0:  # a JSON/Parquet file or a saved split with no records
+        raise DataError(f"{spec} has no rows", hint="pass a data set with at least one example")
+    word = "line" if row_base == 2 else "row"
+    texts_raw = _values(table, text_column)
+    pairs_raw = _values(table, pair_column) if pair_column is not None else None
+    checks: list[tuple[str | None, list[Any] | None]] = [
+        (text_column, texts_raw),
+        (pair_column, pairs_raw),
+    ]
+    for name, values in checks:
+        if values is not None and None in values:
+            row = values.index(None) + row_base
             raise DataError(
-                f"{path} line {row}: empty {which!r}",
+                f"{spec} {word} {row}: empty {name!r}",
                 hint="fill in or drop rows with missing values",
             )
-    label_key = label_column if labelled else ""
-    fingerprint = sha256_bytes(f"{sha256_file(path)}\0{text_column}\0{label_key}".encode())[:32]
+    names = class_names(table, label_column) if labelled else None
+    labels: list[Any] | None = None
+    if labelled:
+        labels = _values(table, label_column)
+        if None in labels:
+            row = labels.index(None) + row_base
+            raise DataError(
+                f"{spec} {word} {row}: empty {label_column!r}",
+                hint="fill in or drop rows with missing values",
+            )
+        if names is not None:
+            unlabelled = sum(1 for v in labels if not 0 <= int(v) < len(names))
+            if unlabelled and require_labels:
+                raise DataError(
+                    f"{spec} has {unlabelled} of {len(labels)} examples without a label (class "
+                    f"id -1 of its ClassLabel column {label_column!r}, as in GLUE's test splits)",
+                    hint="pass a labelled split (e.g. @validation), or use the set only where "
+                    "labels are not needed (uqc predict, --ood)",
+                )
+            labels = None if unlabelled else [names[int(v)] for v in labels]
+    fingerprint = content_fingerprint(
+        table,
+        text_column,
+        pair_column,
+        label_column if labels is not None else None,
+        names if labels is not None else None,
+    )
     return LabeledData(
-        spec=str(path),
+        spec=spec,
         input_kind="text",
         texts=[str(t) for t in texts_raw],
-        labels=list(labels) if labelled else None,
+        labels=labels,
         fingerprint=fingerprint,
+        label_names=names if labels is not None else None,
+        text_pairs=[str(t) for t in pairs_raw] if pairs_raw is not None else None,
+        columns=[text_column] + ([pair_column] if pair_column is not None else []),
     )
+
+
+def _values(table: Any, column: str) -> list[Any]:
+    """A column as a Python list, through Arrow (`table[column]` formats row by row: about
+    70x slower on 200k rows)."""
+    values: list[Any] = table.with_format("arrow")[column].to_pylist()
+    return values
+
+
+FINGERPRINT_BATCH = 4096  # rows per Arrow batch while hashing
+
+
+def _value_bytes(value: Any) -> bytes:
+    """A label as hashed: ints (integral floats included, as labels read them) and strings
+    are distinct (1 is a class index, "1" a class name); anything else by its repr."""
+    if isinstance(value, bool):
+        text = f"b{value}"
+    elif isinstance(value, int):
+        text = f"i{value}"
+    elif isinstance(value, float) and value.is_integer():
+        text = f"i{int(value)}"
+    elif isinstance(value, str):
+        text = f"s{value}"
+    else:
+        text = f"r{value!r}"
+    return text.encode("utf-8")
+
+
+def content_fingerprint(
+    table: Any,
+    text_column: str,
+    pair_column: str | None,
+    label_column: str | None,
+    names: list[str] | None,
+) -> str:
+    """A hash of the examples' contents, in order: each text (as the model reads it, `str`),
+    its pair text, and its label (a ClassLabel id as its class name; a ClassLabel column's
+    class list is hashed too, since it orders the classes a new model adopts). Column names,
+    file names and formats are not: the same rows from CSV, JSON Lines, Parquet, a
+    save_to_disk folder or the Hub give the same fingerprint. Streams over the Arrow table
+    in batches of FINGERPRINT_BATCH rows.
+    """
+    import hashlib
+
+    digest = hashlib.sha256(b"uqc-text-v2")
+    digest.update(b"P" if pair_column is not None else b"-")
+    digest.update(b"L" if label_column is not None else b"-")
+    if names is not None:
+        digest.update(("\0".join(names) + "\1").encode("utf-8"))
+    wanted = [c for c in (text_column, pair_column, label_column) if c is not None]
+    for batch in table.select_columns(wanted).with_format("arrow").iter(FINGERPRINT_BATCH):
+        texts = batch.column(text_column).to_pylist()
+        pairs = batch.column(pair_column).to_pylist() if pair_column is not None else None
+        labels = batch.column(label_column).to_pylist() if label_column is not None else None
+        for i, text in enumerate(texts):
+            parts = [str(text).encode("utf-8")]
+            if pairs is not None:
+                parts.append(str(pairs[i]).encode("utf-8"))
+            if labels is not None:
+                label = labels[i]
+                parts.append(_value_bytes(names[int(label)] if names is not None else label))
+            for part in parts:  # length-prefixed: no two rows hash alike by re-splitting
+                digest.update(len(part).to_bytes(8, "little"))
+                digest.update(part)
+    return digest.hexdigest()[:32]
 
 
 def _check_csv_shape(path: Path) -> None:

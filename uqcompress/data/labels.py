@@ -60,7 +60,8 @@ def map_labels(data: LabeledData, model_labels: list[str], placeholder: bool) ->
     - int labels name classes when every model label is an integer name ("-1", "1"), and
       are class indices in [0, C) otherwise;
     - a model with placeholder labels (LABEL_0..) adopts names from the data: the source's
-      class names when it has them; for ints within 0..C-1 the names "0".."C-1"; otherwise
+      class names when it has them (built-in sets, a ClassLabel column), in their order;
+      for ints within 0..C-1 the names "0".."C-1"; otherwise
       the sorted distinct labels, which must number exactly C.
     """
     n_classes = len(model_labels)
@@ -77,14 +78,19 @@ def map_labels(data: LabeledData, model_labels: list[str], placeholder: bool) ->
             f"{data.spec} mixes integer and string labels",
             hint="use one kind of label throughout the label column",
         )
-    if all_int and placeholder:
-        if data.label_names is not None:
-            if len(data.label_names) != n_classes:
-                raise DataError(
-                    f"{data.spec} has {len(data.label_names)} classes; the model has {n_classes}",
-                    hint=f"create the model with --num-labels {len(data.label_names)}",
-                )
+    if placeholder and data.label_names is not None:
+        if len(data.label_names) != n_classes:
+            raise DataError(
+                f"{data.spec} has {len(data.label_names)} classes; the model has {n_classes}",
+                hint=f"create the model with --num-labels {len(data.label_names)}",
+            )
+        if all_int:
             return _by_index(data.spec, raw, n_classes, adopted=list(data.label_names))
+        # a ClassLabel column: its names, in its class order (not sorted)
+        order = {name: i for i, name in enumerate(data.label_names)}
+        if all(isinstance(v, str) and v in order for v in raw):
+            ids = np.asarray([order[v] for v in raw], dtype=np.int64)
+            return LabelMapping(ids=ids, adopted_labels=list(data.label_names))
         if all(0 <= int(v) < n_classes for v in raw):
             return _by_index(data.spec, raw, n_classes, adopted=[str(i) for i in range(n_classes)])
     if all_int and not placeholder and not all(_int_like(n) for n in model_labels):

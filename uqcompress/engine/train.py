@@ -826,7 +826,7 @@ def fine_tune(
     know. `source` names the model in warnings. Validation reports accuracy, NLL, ECE and the
     training loss (mean member cross-entropy) after every epoch (`validation_metrics`).
     """
-    from uqcompress.data.encoding import encode, make_loader
+    from uqcompress.data.encoding import encode, make_loader, record_text_input
     from uqcompress.data.labels import map_labels
     from uqcompress.engine.inference import predict_logits
     from uqcompress.models.loading import has_default_labels
@@ -864,9 +864,21 @@ def fine_tune(
         )
     if transform is not None:
         loaded = transform(loaded, head_untrained or replace_head)
+    # training decides what text the model reads: its data may be pairs whatever the model
+    # read before (a warning says so); validation data must then match
     encoded = encode(
-        train_data, loaded, mapping.ids, max_length, augment=cfg.augment, workers=cfg.workers
+        train_data,
+        loaded,
+        mapping.ids,
+        max_length,
+        augment=cfg.augment,
+        workers=cfg.workers,
+        check_pairs=False,
     )
+    configs = {id(loaded.config): loaded.config, id(loaded.model.config): loaded.model.config}
+    changed = [record_text_input(config, train_data) for config in configs.values()]
+    if changed[0] is not None:
+        warnings.append(changed[0])
     if encoded.truncated:
         notes["truncated"] = encoded.truncated
         warnings.append(f"{encoded.truncated} training texts were truncated to the max length")

@@ -156,6 +156,7 @@ def write_metadata(path: Path, metadata: dict[str, str]) -> None:
 def metadata_for(
     loaded: LoadedModel, source_id: str, source_kind: str, members: int = 1
 ) -> dict[str, str]:
+    from uqcompress.data.encoding import recorded_text_input, uses_token_types
     from uqcompress.uq.noise import NOISE_SCHEME
 
     if loaded.input_kind == "text":
@@ -165,7 +166,12 @@ def metadata_for(
             "tokenizer": contract.TOKENIZER_FILE,
             "max_length": loaded.max_length or 512,
             "pad_token_id": int(loaded.tokenizer.pad_token_id or 0),
+            # a pair's second text has token type 1 (BERT, ELECTRA); else all types are 0
+            "token_types": uses_token_types(loaded),
         }
+        recorded = recorded_text_input(loaded.config)
+        if recorded is not None:  # trained on pairs or single texts: the Predictor checks
+            preprocessing["text_pair"] = bool(recorded["pair"])
         names = list(contract.TEXT_INPUTS)
     else:
         assert loaded.preprocessing is not None
@@ -213,9 +219,15 @@ def metadata_for(
     }
 
 
-def synthetic_examples(loaded: LoadedModel, count: int = 12, seed: int = 1) -> LabeledData:
+def synthetic_examples(
+    loaded: LoadedModel, count: int = 12, seed: int = 1, pairs: bool | None = None
+) -> LabeledData:
     """Raw examples when no --data is given: texts of mixed lengths (so batches pad) drawn
-    from the tokenizer's vocabulary, or random images on the 0..255 scale."""
+    from the tokenizer's vocabulary, or random images on the 0..255 scale. Text pairs (each
+    text paired with another of the list) when ``pairs``, or, by default, when the model was
+    trained on pairs."""
+    from uqcompress.data.encoding import recorded_text_input
+
     rng = np.random.default_rng(seed)
     if loaded.input_kind == "text":
         assert loaded.tokenizer is not None
@@ -224,12 +236,16 @@ def synthetic_examples(loaded: LoadedModel, count: int = 12, seed: int = 1) -> L
             words = ["a", "b", "c"]
         lengths = [3, 17, 6, 30, 1, 11, 24, 2, 9, 40, 5, 14][:count]
         texts = [" ".join(rng.choice(words, size=n)) for n in lengths]
+        if pairs is None:
+            recorded = recorded_text_input(loaded.config)
+            pairs = recorded is not None and bool(recorded["pair"])
         return LabeledData(
             spec="synthetic",
             input_kind="text",
             texts=texts,
             labels=None,
             fingerprint="synthetic-text",
+            text_pairs=texts[3:] + texts[:3] if pairs else None,
         )
     from uqcompress.data.images import ArrayImages
 
@@ -269,7 +285,9 @@ def check_parity(
 
     from uqcompress.data.encoding import collate, encode, encode_images
 
-    subset = _concat(_head(data, PARITY_EXAMPLES), synthetic_examples(loaded))
+    head = _head(data, PARITY_EXAMPLES)
+    pairs = head.text_pairs is not None if head.input_kind == "text" else None
+    subset = _concat(head, synthetic_examples(loaded, pairs=pairs))
     n = len(subset)
     encoded = encode(subset, loaded, np.zeros(n, dtype=np.int64))
     raw = None
@@ -284,7 +302,11 @@ def check_parity(
         batch = {k: v for k, v in collate(encoded, index).items() if k != "labels"}
         if subset.input_kind == "text":
             assert subset.texts is not None
-            onnx_inputs = predictor.encode_texts([subset.texts[i] for i in index])
+            pair = subset.text_pairs
+            onnx_inputs = predictor.encode_texts(
+                [subset.texts[i] for i in index],
+                [pair[i] for i in index] if pair is not None else None,
+            )
             report.padded_batches += int((onnx_inputs["attention_mask"] == 0).any())
         else:
             # The Predictor takes the processor's resized pixels and rescales and normalises
@@ -319,6 +341,10 @@ def _concat(a: LabeledData, b: LabeledData) -> LabeledData:
         labels=None,
         fingerprint=a.fingerprint,
         texts=(a.texts or []) + (b.texts or []) if a.input_kind == "text" else None,
+        text_pairs=a.text_pairs + b.text_pairs
+        if a.text_pairs is not None and b.text_pairs is not None
+        else None,
+        columns=a.columns,
         images=a.images.concat(b.images) if a.images is not None and b.images is not None else None,
     )
 
@@ -330,6 +356,8 @@ def _head(data: LabeledData, n: int) -> LabeledData:
         labels=None,
         fingerprint=data.fingerprint,
         texts=data.texts[:n] if data.texts is not None else None,
+        text_pairs=data.text_pairs[:n] if data.text_pairs is not None else None,
+        columns=data.columns,
         images=data.images.subset(range(min(n, len(data.images))))
         if data.images is not None
         else None,

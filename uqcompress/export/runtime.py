@@ -202,7 +202,7 @@ class _Metadata:
                     self._refuse(f"{key} has no {name!r}")
                 continue
             item = value[name]
-            if isinstance(item, bool) or not isinstance(item, types):
+            if (isinstance(item, bool) and types is not bool) or not isinstance(item, types):
                 self._refuse(f"{key}: {name!r} has the wrong type ({type(item).__name__})")
             if name in _POSITIVE and isinstance(item, int) and item < 1:
                 self._refuse(f"{key}: {name!r} is {item}, not a positive integer")
@@ -257,6 +257,8 @@ _TEXT_PREPROCESSING: dict[str, tuple[type | tuple[type, ...], bool]] = {
     "tokenizer": (str, True),
     "max_length": (int, True),
     "pad_token_id": (int, False),
+    "token_types": (bool, False),  # exports before text pairs: absent (zeros)
+    "text_pair": (bool, False),  # absent: not recorded, single texts and pairs taken
 }
 _IMAGE_PREPROCESSING: dict[str, tuple[type | tuple[type, ...], bool]] = {
     "image_size": (int, True),
@@ -365,22 +367,58 @@ class Predictor:
 
     # -- inputs ---------------------------------------------------------------------------
 
-    def encode_texts(self, texts: list[str]) -> dict[str, npt.NDArray[np.int64]]:
-        """Tokenise, truncate and pad to the longest text.
+    @property
+    def text_pair(self) -> bool | None:
+        """Whether the model was trained on text pairs (None: not recorded, either is taken)."""
+        recorded = self.preprocessing.get("text_pair")
+        return None if recorded is None else bool(recorded)
+
+    def _check_pairs(self, texts: list[str], pairs: list[str] | None) -> None:
+        if pairs is not None and len(pairs) != len(texts):
+            raise DataError(
+                f"{len(texts)} texts but {len(pairs)} pair texts",
+                hint="pass one pair text per text",
+            )
+        if self.text_pair is True and pairs is None:
+            raise DataError(
+                "the model was fine-tuned on text pairs; no pair texts were given",
+                hint="pass the second texts too (--text-pair-column COLUMN; in Python "
+                "predict_texts(texts, pairs=...))",
+            )
+        if self.text_pair is False and pairs is not None:
+            raise DataError(
+                "the model was fine-tuned on single texts; pair texts were given",
+                hint="pass single texts (drop the pairs or --text-pair-column)",
+            )
+
+    def encode_texts(
+        self, texts: list[str], pairs: list[str] | None = None
+    ) -> dict[str, npt.NDArray[np.int64]]:
+        """Tokenise, truncate and pad to the longest text; with ``pairs``, each text and its
+        pair text as one input (the tokenizer's pair template, the longer one truncated
+        first), with token types 0 and 1 where the model uses them.
 
         Shape: each of input_ids, attention_mask, token_type_ids `[N, T]` int64.
         """
         if self.input_kind != "text":
             raise DataError("this model takes images, not text", hint="pass image data")
-        encodings = self._tokenizer.encode_batch([str(t) for t in texts])
+        self._check_pairs(texts, pairs)
+        inputs: list[Any] = [str(t) for t in texts]
+        if pairs is not None:
+            inputs = [(str(t), str(p)) for t, p in zip(texts, pairs, strict=True)]
+        encodings = self._tokenizer.encode_batch(inputs)
         width = max(len(e.ids) for e in encodings)
         pad = int(self.preprocessing.get("pad_token_id", 0))
         ids = np.full((len(texts), width), pad, dtype=np.int64)
         mask = np.zeros((len(texts), width), dtype=np.int64)
+        types = np.zeros((len(texts), width), dtype=np.int64)
+        with_types = pairs is not None and bool(self.preprocessing.get("token_types"))
         for i, encoding in enumerate(encodings):
             ids[i, : len(encoding.ids)] = encoding.ids
             mask[i, : len(encoding.ids)] = 1
-        return {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+            if with_types:
+                types[i, : len(encoding.ids)] = encoding.type_ids
+        return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
 
     def encode_pixels(self, pixels: npt.NDArray[Any]) -> dict[str, npt.NDArray[np.float32]]:
         """Rescale and normalise images given on the 0..255 scale.
@@ -479,9 +517,18 @@ class Predictor:
         ]
         return [np.concatenate([p[j] for p in parts]) for j in range(len(contract.OUTPUT_NAMES))]
 
-    def predict_texts(self, texts: list[str], batch_size: int = 64) -> Prediction:
+    def predict_texts(
+        self, texts: list[str], batch_size: int = 64, pairs: list[str] | None = None
+    ) -> Prediction:
+        """Predict texts, or text pairs (`texts[i]` with `pairs[i]`) for a model trained on
+        pairs."""
+        self._check_pairs(texts, pairs)
         return self._batched(
-            len(texts), batch_size, lambda s: self.encode_texts(texts[s.start : s.stop])
+            len(texts),
+            batch_size,
+            lambda s: self.encode_texts(
+                texts[s.start : s.stop], pairs[s.start : s.stop] if pairs is not None else None
+            ),
         )
 
     def predict_pixels(self, pixels: npt.NDArray[Any], batch_size: int = 64) -> Prediction:

@@ -28,6 +28,7 @@ class CalibrateConfig:
     max_length: int | None = None
     text_column: str = fields.runtime("text")
     label_column: str = fields.runtime("label")
+    text_pair_column: str | None = fields.runtime(None)
     device: str = fields.device()
     threads: int | None = fields.threads()
     workers: int = fields.workers()
@@ -75,7 +76,9 @@ def run(
                 else "pass a model artifact (uqc fuse makes one model of a members artifact)",
             )
     source = resolve_model_source(model_path)
-    data = load_data(cfg.data, cfg.text_column, cfg.label_column)
+    data = load_data(
+        cfg.data, cfg.text_column, cfg.label_column, text_pair_column=cfg.text_pair_column
+    )
     config = asdict(cfg)
     # numerics_tags: the uncertainty definition and DIRECTOR's noise scheme change the fitted
     # numbers without changing the config, so they are in the id too.

@@ -97,14 +97,22 @@ class TrainingData:
 
 
 def load_training_data(
-    data: str, val: str | None, text_column: str, label_column: str
+    data: str,
+    val: str | None,
+    text_column: str,
+    label_column: str,
+    text_pair_column: str | None = None,
 ) -> TrainingData:
     """Load `--data` and `--val` (labels required) before any model work, so bad data fails
     first."""
     from uqcompress.data import load_data
 
-    train = load_data(data, text_column, label_column)
-    validation = load_data(val, text_column, label_column) if val else None
+    train = load_data(data, text_column, label_column, text_pair_column=text_pair_column)
+    validation = (
+        load_data(val, text_column, label_column, text_pair_column=text_pair_column)
+        if val
+        else None
+    )
     entries = [train.manifest_entry("train")]
     if validation is not None:
         entries.append(validation.manifest_entry("val"))

@@ -42,6 +42,7 @@ class DirectorConfig(fields.TrainingOptions):
     max_length: int | None = None
     text_column: str = fields.runtime("text")
     label_column: str = fields.runtime("label")
+    text_pair_column: str | None = fields.runtime(None)
     device: str = fields.device()
     threads: int | None = fields.threads()
 
@@ -94,7 +95,9 @@ def run(
     train_cfg = cfg.train_config()
     source = resolve_model_source(model_path)
     refuse_fused(source, "distill-director")
-    loaded_data = load_training_data(cfg.data, cfg.val, cfg.text_column, cfg.label_column)
+    loaded_data = load_training_data(
+        cfg.data, cfg.val, cfg.text_column, cfg.label_column, cfg.text_pair_column
+    )
     train_data, val_data = loaded_data.train, loaded_data.val
     config = asdict(cfg)
     plan = OutputPlan(

@@ -35,6 +35,7 @@ class EvalConfig:
     max_length: int | None = None
     text_column: str = fields.runtime("text")
     label_column: str = fields.runtime("label")
+    text_pair_column: str | None = fields.runtime(None)
     device: str = fields.device()
     threads: int | None = fields.threads()
     workers: int = fields.workers()
@@ -77,9 +78,18 @@ def run(
     members = sum(m for _, m in peeked)
     if cfg.samples is not None and len(peeked) == 1:
         members = cfg.samples  # a DIRECTOR or MC Dropout model evaluated with another S
-    data = load_data(cfg.data, cfg.text_column, cfg.label_column)
+    data = load_data(
+        cfg.data, cfg.text_column, cfg.label_column, text_pair_column=cfg.text_pair_column
+    )
     ood_sets = [
-        load_data(s, cfg.text_column, cfg.label_column, require_labels=False) for s in cfg.ood
+        load_data(
+            s,
+            cfg.text_column,
+            cfg.label_column,
+            require_labels=False,
+            text_pair_column=cfg.text_pair_column,
+        )
+        for s in cfg.ood
     ]
     names = [d.name for d in ood_sets]
     if len(set(names)) != len(names):

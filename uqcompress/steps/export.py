@@ -25,6 +25,7 @@ class ExportConfig:
     opset: int = 18
     text_column: str = fields.runtime("text")
     label_column: str = fields.runtime("label")
+    text_pair_column: str | None = fields.runtime(None)
     materialize: bool = False  # SVE only: dense per-member weights in the graph
     device: str = fields.device("cpu")
     threads: int | None = fields.threads()
@@ -55,7 +56,13 @@ def run(
         require_onnxruntime()  # the parity gate needs it: fail before the export, not after
     source = resolve_model_source(model_path)
     data = (
-        load_data(cfg.data, cfg.text_column, cfg.label_column, require_labels=False)
+        load_data(
+            cfg.data,
+            cfg.text_column,
+            cfg.label_column,
+            require_labels=False,
+            text_pair_column=cfg.text_pair_column,
+        )
         if cfg.data and cfg.format == "onnx"
         else None
     )

@@ -60,6 +60,7 @@ class QuantizeConfig:
     batch_size: int = fields.runtime(64)
     text_column: str = fields.runtime("text")
     label_column: str = fields.runtime("label")
+    text_pair_column: str | None = fields.runtime(None)
     device: str = fields.device("cpu")
     threads: int | None = fields.threads()
 
@@ -185,9 +186,22 @@ def run(
     assert cfg.data is not None  # validate() refuses a missing --data
     summary = artifact.manifest.summary
     input_kind = str(summary.get("input_kind", ""))
-    data = load_data(cfg.data, cfg.text_column, cfg.label_column, require_labels=False)
+    data = load_data(
+        cfg.data,
+        cfg.text_column,
+        cfg.label_column,
+        require_labels=False,
+        text_pair_column=cfg.text_pair_column,
+    )
     ood_sets = [
-        load_data(s, cfg.text_column, cfg.label_column, require_labels=False) for s in cfg.ood
+        load_data(
+            s,
+            cfg.text_column,
+            cfg.label_column,
+            require_labels=False,
+            text_pair_column=cfg.text_pair_column,
+        )
+        for s in cfg.ood
     ]
     for each in [data, *ood_sets]:
         check_input_kind(each, input_kind, str(onnx_artifact))
@@ -217,8 +231,12 @@ def _batches(predictor: Any, data: Any, limit: int | None, size: int) -> list[di
 
     n = len(data) if limit is None else min(limit, len(data))
     if data.input_kind == "text":
+        pairs = data.text_pairs
         encoded = [
-            predictor.encode_texts(data.texts[start : min(n, start + size)])
+            predictor.encode_texts(
+                data.texts[start : min(n, start + size)],
+                pairs[start : min(n, start + size)] if pairs is not None else None,
+            )
             for start in range(0, n, size)
         ]
     else:

@@ -49,6 +49,7 @@ class ScoreConfig:
     max_length: int | None = None
     text_column: str = fields.runtime("text")
     label_column: str = fields.runtime("label")
+    text_pair_column: str | None = fields.runtime(None)
     device: str = fields.device()
     threads: int | None = fields.threads()
     workers: int = fields.workers()
@@ -136,12 +137,20 @@ def run(
     source = resolve_model_source(model_path)
     refuse_fused(source, "score")
     data = (
-        load_data(cfg.data, cfg.text_column, cfg.label_column)
+        load_data(
+            cfg.data, cfg.text_column, cfg.label_column, text_pair_column=cfg.text_pair_column
+        )
         if cfg.method in NEEDS_DATA and cfg.data
         else None
     )
     ood = (
-        load_data(cfg.ood, cfg.text_column, cfg.label_column, require_labels=False)
+        load_data(
+            cfg.ood,
+            cfg.text_column,
+            cfg.label_column,
+            require_labels=False,
+            text_pair_column=cfg.text_pair_column,
+        )
         if cfg.ood
         else None
     )
@@ -247,6 +256,8 @@ def _encoded_batches(loaded: Any, data: Any, pick: Any, cfg: ScoreConfig) -> lis
         fingerprint=data.fingerprint,
         labels=[data.labels[i] for i in pick] if data.labels is not None else None,
         texts=[data.texts[i] for i in pick] if data.texts is not None else None,
+        text_pairs=[data.text_pairs[i] for i in pick] if data.text_pairs is not None else None,
+        columns=data.columns,
         images=data.images.subset(pick.tolist()) if data.images is not None else None,
     )
     encoded = encode(subset, loaded, ids[pick], cfg.max_length, workers=cfg.workers)

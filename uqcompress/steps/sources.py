@@ -152,7 +152,7 @@ class OnnxSource(PredictionSource):
         start = time.perf_counter()
         if data.input_kind == "text":
             assert data.texts is not None
-            result = self.predictor.predict_texts(data.texts, batch_size)
+            result = self.predictor.predict_texts(data.texts, batch_size, pairs=data.text_pairs)
         else:
             batches = onnx_pixel_batches(self.predictor, data, batch_size, self.workers)
             result = self.predictor.predict_batches(batches)
