@@ -24,7 +24,8 @@ class Predictions:
 def predict_logits(
     model: nn.Module, encoded: EncodedData, batch_size: int = 64, device: str = "cpu"
 ) -> Predictions:
-    """Forward every example once in eval mode.
+    """Forward every example once in eval mode, filling one array allocated at the first
+    batch (no per-batch copies kept and concatenated at the end).
 
     Shape: returns member logits `[N, M, C]` (M = 1 for a classifier).
     """
@@ -34,7 +35,8 @@ def predict_logits(
 
     model.eval()
     model.to(device)
-    chunks: list[npt.NDArray[np.float32]] = []
+    result: npt.NDArray[np.float32] | None = None
+    filled = 0
     seconds = 0.0
     with torch.inference_mode():
         for batch in make_loader(encoded, batch_size):
@@ -44,5 +46,11 @@ def predict_logits(
             if device.startswith("cuda"):
                 torch.cuda.synchronize()
             seconds += time.perf_counter() - start
-            chunks.append(logits.float().cpu().numpy())
-    return Predictions(member_logits=np.concatenate(chunks, axis=0), seconds=seconds)
+            values = logits.float().cpu().numpy()  # [B, M, C]
+            if result is None:
+                result = np.empty((len(encoded), *values.shape[1:]), dtype=np.float32)
+            result[filled : filled + len(values)] = values
+            filled += len(values)
+    if result is None:
+        result = np.empty((0, 1, 0), dtype=np.float32)
+    return Predictions(member_logits=result, seconds=seconds)

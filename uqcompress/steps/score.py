@@ -118,10 +118,11 @@ def run(
 
         from uqcompress.methods.scoring import head_counts
         from uqcompress.models.loading import load_model
+        from uqcompress.runtime.distributed import rank_device
 
         loaded = load_model(source)
         model: Any = loaded.model
-        model.to(cfg.device)
+        model.to(rank_device(cfg.device))  # this process's GPU under torchrun
         # The heads the model has now (a pruned model records fewer than its config's
         # num_attention_heads); uneven layers score as [L, max H_l], NaN where no head is.
         heads = head_counts(loaded)
@@ -173,12 +174,18 @@ def run(
 
 
 def _calibration_batches(loaded: Any, data: Any, cfg: ScoreConfig) -> list[dict[str, Any]]:
-    """A seeded subset of `calib_size` labelled examples, encoded once, in fixed batches."""
+    """A seeded subset of `calib_size` labelled examples, encoded once, in fixed batches.
+
+    In a multi-process launch this process gets its contiguous shard of those batches (whole
+    batches, the same ones a single process runs: Taylor's |gradient| is taken per batch);
+    the scorers add up what every process computed (`_gather`).
+    """
     import numpy as np
 
     from uqcompress.data.dataset import LabeledData
     from uqcompress.data.encoding import check_input_kind, collate, encode
     from uqcompress.data.labels import map_labels
+    from uqcompress.runtime.distributed import rank_device, shard_bounds
 
     check_input_kind(data, loaded.input_kind, loaded.family.name)
     ids = map_labels(data, loaded.labels, placeholder=False).ids
@@ -193,14 +200,23 @@ def _calibration_batches(loaded: Any, data: Any, cfg: ScoreConfig) -> list[dict[
         images=data.images[pick] if data.images is not None else None,
     )
     encoded = encode(subset, loaded, ids[pick], cfg.max_length)
-    device = cfg.device
+    device = rank_device(cfg.device)
+    starts = list(range(0, count, cfg.batch_size))
+    first, last = shard_bounds(len(starts))
     return [
         {
             k: v.to(device)
             for k, v in collate(encoded, list(range(i, min(count, i + cfg.batch_size)))).items()
         }
-        for i in range(0, count, cfg.batch_size)
+        for i in starts[first:last]
     ]
+
+
+def _gather() -> Any:
+    """The scorers' `gather` in a multi-process launch (None for one process)."""
+    from uqcompress.runtime.distributed import all_gather_cat, world_size
+
+    return all_gather_cat if world_size() > 1 else None
 
 
 def _compute(
@@ -215,12 +231,21 @@ def _compute(
     batches = _calibration_batches(loaded, data, cfg)
     if cfg.method == "taylor":
         score = scoring.taylor_scores(
-            loaded, batches, layer_l2=cfg.taylor_layer_l2, global_minmax=cfg.taylor_minmax
+            loaded,
+            batches,
+            layer_l2=cfg.taylor_layer_l2,
+            global_minmax=cfg.taylor_minmax,
+            gather=_gather(),
         )
         return {"score": score}, {}
     if cfg.method == "hies":
         parts = scoring.hies_scores(
-            loaded, batches, alpha=cfg.alpha, his_abs=cfg.his_abs, norm_scope=cfg.norm_scope
+            loaded,
+            batches,
+            alpha=cfg.alpha,
+            his_abs=cfg.his_abs,
+            norm_scope=cfg.norm_scope,
+            gather=_gather(),
         )
         return {"score": parts["score"], "his": parts["his"], "ae": parts["ae"]}, {}
     from uqcompress.methods.pruning import heads_to_remove
@@ -243,7 +268,7 @@ def _compute(
             progress.update(task, completed=done, total=total)
 
         score, kept = scoring.circuit_scores(
-            loaded, batches, keep, ood_batches=ood_batches, progress=report
+            loaded, batches, keep, ood_batches=ood_batches, progress=report, gather=_gather()
         )
     return {"score": score}, {
         "ratio": cfg.ratio,

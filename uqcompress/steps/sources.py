@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +30,7 @@ class MemberOutputs:
     entropy: npt.NDArray[np.float64]
     mutual_info: npt.NDArray[np.float64]
     seconds: float  # model time only (forward passes / ONNX Runtime runs)
+    truncated: int = 0  # texts cut to the max length (torch models; the first source's)
 
 
 def combine(outputs: list[MemberOutputs]) -> MemberOutputs:
@@ -46,6 +48,7 @@ def combine(outputs: list[MemberOutputs]) -> MemberOutputs:
         entropy=predictive_entropy(probs),
         mutual_info=member_mutual_information(member_probs),
         seconds=sum(o.seconds for o in outputs),
+        truncated=outputs[0].truncated,
     )
 
 
@@ -63,6 +66,14 @@ class PredictionSource(ABC):
     @abstractmethod
     def predict(self, data: LabeledData, batch_size: int, max_length: int | None) -> MemberOutputs:
         """Run every example once."""
+
+    def stream(
+        self, data: LabeledData, batch_size: int, max_length: int | None
+    ) -> Iterator[MemberOutputs]:
+        """The outputs batch by batch (the batches `predict` would run): only one batch of
+        encoded inputs and outputs is held at a time."""
+        for start in range(0, len(data), batch_size):
+            yield self.predict(take(data, start, start + batch_size), batch_size, max_length)
 
 
 class TorchSource(PredictionSource):
@@ -95,7 +106,6 @@ class TorchSource(PredictionSource):
         from uqcompress.uq.functional import as_deployed
 
         encoded = encode(data, self.loaded, np.zeros(len(data), dtype=np.int64), max_length)
-        self.truncated = encoded.truncated
         prediction = predict_logits(self.loaded.model, encoded, batch_size, self.device)
         member_logits = prediction.member_logits
         if self.calibration is not None:  # as the exported graph does: logits / T
@@ -108,6 +118,7 @@ class TorchSource(PredictionSource):
             entropy=entropy.astype(np.float64),
             mutual_info=mutual_info.astype(np.float64),
             seconds=prediction.seconds,
+            truncated=encoded.truncated,
         )
 
 
@@ -195,9 +206,7 @@ class MembersSource(PredictionSource):
         self.parameters = sum(p.parameters for p in self.parts)
 
     def predict(self, data: LabeledData, batch_size: int, max_length: int | None) -> MemberOutputs:
-        outputs = [p.predict(data, batch_size, max_length) for p in self.parts]
-        self.truncated = getattr(self.parts[0], "truncated", 0)
-        return combine(outputs)
+        return combine([p.predict(data, batch_size, max_length) for p in self.parts])
 
 
 def _set_samples(loaded: object, samples: int, path: Path) -> None:
@@ -239,3 +248,95 @@ def open_source(
     if kind == "members":
         return MembersSource(path, role, device)
     return TorchSource(path, role, device, samples, sample_chunk)
+
+
+def take(data: LabeledData, start: int, stop: int) -> LabeledData:
+    """Examples `[start, stop)` of a data set (labels, texts or images sliced alike); the
+    spec and fingerprint stay those of the whole set."""
+    return replace(
+        data,
+        labels=data.labels[start:stop] if data.labels is not None else None,
+        texts=data.texts[start:stop] if data.texts is not None else None,
+        images=data.images[start:stop] if data.images is not None else None,
+    )
+
+
+def stream_outputs(
+    sources: list[PredictionSource], data: LabeledData, batch_size: int, max_length: int | None
+) -> Iterator[MemberOutputs]:
+    """Every source's outputs batch by batch, combined per batch into one deep ensemble.
+
+    Shape: yields member_logits `[B, sum M, C]` (the last batch may be smaller).
+    """
+    streams = [s.stream(data, batch_size, max_length) for s in sources]
+    for parts in zip(*streams, strict=True):
+        yield combine(list(parts))
+
+
+def predict_streamed(
+    sources: list[PredictionSource], data: LabeledData, batch_size: int, max_length: int | None
+) -> MemberOutputs | None:
+    """All examples' outputs, filled batch by batch into arrays allocated once: what is kept
+    grows with N only by the outputs themselves (member logits, probs, entropy, MI), never by
+    encoded inputs or per-batch copies. None for an empty data set.
+
+    Shape: member_logits `[N, M, C]`, probs `[N, C]`, entropy and mutual_info `[N]`.
+    """
+    total = len(data)
+    filled = 0
+    kept: MemberOutputs | None = None
+    seconds, truncated = 0.0, 0
+    for batch in stream_outputs(sources, data, batch_size, max_length):
+        rows = slice(filled, filled + len(batch.probs))
+        if kept is None:
+            members, classes = batch.member_logits.shape[1:]
+            kept = MemberOutputs(
+                member_logits=np.empty((total, members, classes), dtype=np.float32),
+                probs=np.empty((total, classes), dtype=np.float64),
+                entropy=np.empty(total, dtype=np.float64),
+                mutual_info=np.empty(total, dtype=np.float64),
+                seconds=0.0,
+            )
+        kept.member_logits[rows] = batch.member_logits
+        kept.probs[rows] = batch.probs
+        kept.entropy[rows] = batch.entropy
+        kept.mutual_info[rows] = batch.mutual_info
+        seconds += batch.seconds
+        truncated += batch.truncated
+        filled = rows.stop
+    if kept is None:
+        return None
+    return replace(kept, seconds=seconds, truncated=truncated)
+
+
+def predict_sharded(
+    sources: list[PredictionSource], data: LabeledData, batch_size: int, max_length: int | None
+) -> MemberOutputs | None:
+    """`predict_streamed` over a multi-process launch: each process runs its contiguous shard
+    of the examples (`runtime.distributed.shard_bounds`: each example exactly once), and rank
+    0 gets every example's outputs in the original order (the other ranks get None). Model
+    seconds and truncated texts are summed over the processes. With one process: all of
+    them, here.
+
+    Shape: as `predict_streamed`, on rank 0.
+    """
+    from uqcompress.runtime.distributed import agree, gather_objects, shard_bounds
+
+    start, stop = shard_bounds(len(data))
+    part = agree(lambda: predict_streamed(sources, take(data, start, stop), batch_size, max_length))
+    gathered = gather_objects(part)
+    if gathered is None:
+        return None
+    shards = [p for p in gathered if p is not None]
+    if not shards:
+        return None
+    if len(shards) == 1:
+        return shards[0]
+    return MemberOutputs(
+        member_logits=np.concatenate([p.member_logits for p in shards], axis=0),
+        probs=np.concatenate([p.probs for p in shards], axis=0),
+        entropy=np.concatenate([p.entropy for p in shards], axis=0),
+        mutual_info=np.concatenate([p.mutual_info for p in shards], axis=0),
+        seconds=sum(p.seconds for p in shards),
+        truncated=sum(p.truncated for p in shards),
+    )
