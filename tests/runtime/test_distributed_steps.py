@@ -144,9 +144,10 @@ def test_eval_predict_score_on_two_processes_equal_one(
         assert f"exit codes of rank {rank}: [1, 1, 0, 0, 0, 0, 0]" in run.stderr, run.stderr
     # Every error was a one-line message (no traceback from a process), no process was stopped.
     assert "]: Traceback" not in run.stderr and "SIGTERM" not in run.stderr, run.stderr[-3000:]
-    # One result line per step, from rank 0 only (predict --out prints nothing).
+    # One result line per step, from rank 0 only.
     printed = run.stdout.strip().splitlines()
-    assert printed == [str(two / name) for name in ("eval", "taylor", "hies", "circuit")]
+    names = ("eval", "pred.jsonl", "taylor", "hies", "circuit")
+    assert printed == [str(two / name) for name in names]
     for args in _commands(tiny_vit_artifact, one):
         result = cli(*args)
         assert result.code == 0, result.err

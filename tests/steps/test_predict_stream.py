@@ -41,7 +41,7 @@ def test_out_file_holds_what_stdout_gets(
     assert streamed.code == 0, streamed.err
     out = tmp_path / "sub" / "pred.jsonl"
     written = cli("predict", tiny_bert_artifact, "--data", data, "--out", out)
-    assert written.code == 0 and written.out == "", written.err
+    assert written.code == 0 and written.out == f"{out}\n", written.err
     assert out.read_text() == streamed.out  # batch size 7 or 64: the same records
     assert [json.loads(line)["index"] for line in streamed.out.splitlines()] == list(range(40))
     assert sorted(p.name for p in out.parent.iterdir()) == ["pred.jsonl"]  # no temp file left

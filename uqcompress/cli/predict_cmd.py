@@ -46,7 +46,7 @@ def predict(
         typer.Option(
             "--out",
             help="Write the JSONL to this file (built beside it batch by batch, renamed into "
-            "place when complete) instead of stdout.",
+            "place when complete) and print its path, instead of the JSONL on stdout.",
             show_default=False,
         ),
     ] = None,
@@ -65,7 +65,7 @@ def predict(
     import sys
 
     from uqcompress.data import load_data
-    from uqcompress.runtime.distributed import rank_device
+    from uqcompress.runtime.distributed import is_main_process, rank_device
     from uqcompress.steps.predict import check_destination, write_predictions
     from uqcompress.steps.sources import open_source
 
@@ -89,3 +89,5 @@ def predict(
         sample_chunk=sample_chunk,
     )
     write_predictions(source, examples, batch_size, max_length, out, sys.stdout)
+    if out is not None and is_main_process():  # the result on stdout: the file written
+        sys.stdout.write(f"{out}\n")
