@@ -17,7 +17,7 @@ import pytest
 from safetensors.torch import load_file
 
 from uqcompress.artifacts import open_artifact
-from uqcompress.runtime.distributed import shard_bounds
+from uqcompress.runtime.distributed import rank_device, shard_bounds
 
 SCRIPT = Path(__file__).with_name("launch_steps.py")
 TOLERANCE = 1e-5
@@ -88,6 +88,20 @@ def test_shard_bounds_cover_every_item_once() -> None:
             assert all(a[1] == b[0] for a, b in itertools.pairwise(shards))
             sizes = [stop - start for start, stop in shards]
             assert max(sizes) - min(sizes) <= 1
+
+
+def test_cuda_means_this_process_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    assert rank_device("cuda") == "cuda:1"
+    assert rank_device("cuda:3") == "cuda:3" and rank_device("cpu") == "cpu"
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert rank_device("cuda") == "cuda:0"  # two processes share the one GPU
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert rank_device("cuda") == "cuda"
 
 
 def _commands(model: Path, root: Path) -> list[list[str]]:

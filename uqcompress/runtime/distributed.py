@@ -56,10 +56,14 @@ def shard_bounds(total: int, index: int | None = None, count: int | None = None)
 
 
 def rank_device(device: str) -> str:
-    """`cuda` means this process's own GPU (`cuda:LOCAL_RANK`) in a multi-process launch;
-    any other device (`cpu`, an explicit `cuda:N`) is kept."""
+    """`cuda` means this process's own GPU in a multi-process launch: `cuda:LOCAL_RANK`, or
+    modulo the GPUs visible when there are more processes than GPUs (they then share).
+    Any other device (`cpu`, an explicit `cuda:N`) is kept."""
     if world_size() > 1 and device == "cuda":
-        return f"cuda:{local_rank()}"
+        import torch
+
+        count = torch.cuda.device_count()
+        return f"cuda:{local_rank() % count}" if count else device
     return device
 
 
