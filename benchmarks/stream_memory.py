@@ -1,11 +1,14 @@
 """Does memory grow with the number of examples in `predict` and `eval`? Measured side by side.
 
 A tiny BERT (uqcompress.models.tiny, untrained, labels neg/pos) predicts N generated texts for
-each N. `predict` runs `steps.predict.write_predictions` into a file; `eval` runs the whole
-`uqc eval` step on a CSV of the same texts (reading the CSV included). The number is the
-Python-heap peak during the run beyond what was allocated before it (tracemalloc: Python
-objects and numpy arrays; torch's own tensor memory is not counted, and holds one batch).
-Not a test; memory, not time, so it does not depend much on the machine.
+each N. Columns: `predict` runs `steps.predict.write_predictions` into a file; `eval
+predictions` runs what eval runs before its metrics (`steps.sources.predict_sharded`, one
+process) and `kept` is the size of the arrays it returns (member logits, probs, entropy, MI);
+`reading the CSV` is `data.load_data` of the same texts as a CSV (the data layer, which still
+reads the whole set). Each number is the Python-heap peak during the run beyond what was
+allocated before it (tracemalloc: Python objects and numpy arrays; torch's own tensor memory is
+not counted, and holds one batch). Not a test; memory, not time, so it does not depend much
+on the machine.
 
     .venv/bin/python benchmarks/stream_memory.py [--sizes 2000 8000] [--quick] [--markdown]
 """
@@ -47,11 +50,11 @@ def main() -> None:
     args = parser.parse_args()
     sizes = [200, 800] if args.quick else args.sizes
 
+    from uqcompress.data import load_data
     from uqcompress.data.dataset import LabeledData
-    from uqcompress.steps import eval as eval_step
     from uqcompress.steps import init
     from uqcompress.steps.predict import write_predictions
-    from uqcompress.steps.sources import open_source
+    from uqcompress.steps.sources import open_source, predict_sharded
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -78,18 +81,30 @@ def main() -> None:
             predict_peak = peak(
                 lambda: write_predictions(source, examples, 64, None, out, io.StringIO())  # noqa: B023
             )
-            cfg = eval_step.EvalConfig(data=str(table), device="cpu")
-            eval_peak = peak(lambda: eval_step.run([model], cfg, root / f"eval{i}"))  # noqa: B023
-            # What eval keeps per example for its metrics: member logits [M=1, C=2] float32,
-            # probs [C] + entropy + MI float64 (and the metrics' own float64 copies of them).
+            read_peak = peak(lambda: load_data(str(table)))  # noqa: B023
+            labelled = load_data(str(table))
+            eval_peak = peak(lambda: predict_sharded([source], labelled, 64, None))  # noqa: B023
+            outputs = predict_sharded([source], labelled, 64, None)
+            assert outputs is not None
+            kept = sum(
+                a.nbytes
+                for a in (
+                    outputs.member_logits,
+                    outputs.probs,
+                    outputs.entropy,
+                    outputs.mutual_info,
+                )
+            )
             if i:
-                rows.append((n, predict_peak, eval_peak))
-    base = rows[0]
-    header = ["examples", "predict peak (MB)", "eval peak (MB)", "eval growth per example (B)"]
-    lines = [header]
-    for n, p, e in rows:
-        growth = (e - base[2]) / (n - base[0]) if n != base[0] else float("nan")
-        lines.append([f"{n:,}", f"{p / 1e6:.2f}", f"{e / 1e6:.2f}", f"{growth:.0f}"])
+                rows.append((n, predict_peak, eval_peak, kept, read_peak))
+    header = [
+        "examples",
+        "predict (MB)",
+        "eval predictions (MB)",
+        "kept arrays (MB)",
+        "reading the CSV (MB)",
+    ]
+    lines = [header] + [[f"{n:,}", *(f"{v / 1e6:.2f}" for v in values)] for n, *values in rows]
     if args.markdown:
         print("| " + " | ".join(header) + " |")
         print("|" + "---|" * len(header))
