@@ -563,6 +563,21 @@ ROWS: dict[str, tuple[Case, str]] = {
         ],
         "which is outside the artifact directory",
     ),
+    "predict --out a file that exists": (
+        lambda t, f: [
+            "predict",
+            str(f["bert"]),
+            "--data",
+            str(f["test"]),
+            "--out",
+            _csv(t, "old.jsonl", "{}\n"),
+        ],
+        "already exists",
+    ),
+    "predict --out a folder": (
+        lambda t, f: ["predict", str(f["bert"]), "--data", str(f["test"]), "--out", str(t)],
+        "is a folder; predict writes one JSONL file",
+    ),
     "out-of-range value": (
         lambda t, f: ["finetune", str(f["bert"]), "--data", str(f["train"]), "--epochs", "0"],
         "--epochs 0 must be at least 1",

@@ -1,7 +1,8 @@
-"""`uqc predict`: one JSON object per example on stdout (JSONL)."""
+"""`uqc predict`: one JSON object per example (JSONL), on stdout or into --out FILE."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -45,6 +46,16 @@ def predict(
             show_default=False,
         ),
     ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            help="Write the JSONL to this file (built beside it batch by batch, renamed into "
+            "place when complete) and print its path, instead of the JSONL on stdout.",
+            show_default=False,
+        ),
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing --out file.")] = False,
     device: Device = "cpu",
     threads: Threads = None,
     workers: Workers = 0,
@@ -53,14 +64,16 @@ def predict(
 
     ONNX artifacts run on the torch-free ONNX Runtime Predictor; models run in torch. A model
     calibrated with an abstention rule (uqc calibrate --abstain-coverage) adds
-    "abstain": true|false.
+    "abstain": true|false. Records are written batch by batch (memory does not grow with the
+    number of examples) and appear only when all are written: nothing on a failure. Under
+    torchrun each process predicts a shard; the first writes every record, in order.
     """
-    import json
     import sys
 
     from uqcompress.data import load_data
+    from uqcompress.runtime.distributed import is_main_process, rank_device
+    from uqcompress.steps.predict import check_destination, write_predictions
     from uqcompress.steps.sources import open_source
-    from uqcompress.uq.calibration import abstain_scores, abstains
 
     if sample_chunk is not None and sample_chunk < 1:
         from uqcompress.errors import ConfigError
@@ -77,33 +90,20 @@ def predict(
             hint="pass --workers 0 (read data in this process) or e.g. --workers 2",
         )
     model_path = resolve_input(model)
+    if out is not None:
+        check_destination(out, force)
     resolved_device, resolved_threads = setup_compute(device, threads)
     examples = load_data(
         data, text_column=text_column, require_labels=False, text_pair_column=text_pair_column
     )
     source = open_source(
-        model_path, "model", resolved_device, resolved_threads, sample_chunk=sample_chunk
+        model_path,
+        "model",
+        rank_device(resolved_device),
+        resolved_threads,
+        sample_chunk=sample_chunk,
     )
     source.workers = workers
-    outputs = source.predict(examples, batch_size, max_length)
-    labels = source.labels
-    rule = source.calibration.abstain if source.calibration is not None else None
-    abstain = (
-        abstains(rule, abstain_scores(outputs.probs, outputs.entropy, outputs.mutual_info))
-        if rule is not None
-        else None
-    )
-    write = sys.stdout.write
-    for i in range(len(examples)):
-        probs = outputs.probs[i]
-        record = {
-            "index": i,
-            "label": labels[int(probs.argmax())],
-            "probs": {label: round(float(p), 7) for label, p in zip(labels, probs, strict=True)},
-            "entropy": round(float(outputs.entropy[i]), 7),
-            "mutual_info": round(float(outputs.mutual_info[i]), 7),
-        }
-        if abstain is not None:
-            record["abstain"] = bool(abstain[i])
-        write(json.dumps(record) + "\n")
-    sys.stdout.flush()
+    write_predictions(source, examples, batch_size, max_length, out, sys.stdout)
+    if out is not None and is_main_process():  # the result on stdout: the file written
+        sys.stdout.write(f"{out}\n")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -21,12 +22,13 @@ class Predictions:
     seconds: float  # forward passes only, data collation excluded
 
 
-def predict_logits(
+def iter_logits(
     model: nn.Module, encoded: EncodedData, batch_size: int = 64, device: str = "cpu"
-) -> Predictions:
-    """Forward every example once in eval mode.
+) -> Iterator[tuple[npt.NDArray[np.float32], float]]:
+    """Forward every example once in eval mode, batch by batch: each batch's member logits
+    and the seconds its forward pass took (data collation excluded).
 
-    Shape: returns member logits `[N, M, C]` (M = 1 for a classifier).
+    Shape: yields member logits `[B, M, C]` (M = 1 for a classifier).
     """
     import torch
 
@@ -34,15 +36,36 @@ def predict_logits(
 
     model.eval()
     model.to(device)
-    chunks: list[npt.NDArray[np.float32]] = []
-    seconds = 0.0
-    with torch.inference_mode():
-        for batch in make_loader(encoded, batch_size):
+    for batch in make_loader(encoded, batch_size):
+        # inference mode per batch, never held across a yield (the caller's code runs there)
+        with torch.inference_mode():
             inputs = {k: v.to(device) for k, v in model_inputs(batch).items()}
             start = time.perf_counter()
             logits = member_logits(model, inputs)
             if device.startswith("cuda"):
                 torch.cuda.synchronize()
-            seconds += time.perf_counter() - start
-            chunks.append(logits.float().cpu().numpy())
-    return Predictions(member_logits=np.concatenate(chunks, axis=0), seconds=seconds)
+            seconds = time.perf_counter() - start
+            values = logits.float().cpu().numpy()
+        yield values, seconds
+
+
+def predict_logits(
+    model: nn.Module, encoded: EncodedData, batch_size: int = 64, device: str = "cpu"
+) -> Predictions:
+    """Forward every example once in eval mode, filling one array allocated at the first
+    batch (no per-batch copies kept and concatenated at the end).
+
+    Shape: returns member logits `[N, M, C]` (M = 1 for a classifier).
+    """
+    result: npt.NDArray[np.float32] | None = None
+    filled = 0
+    seconds = 0.0
+    for values, spent in iter_logits(model, encoded, batch_size, device):
+        seconds += spent
+        if result is None:
+            result = np.empty((len(encoded), *values.shape[1:]), dtype=np.float32)
+        result[filled : filled + len(values)] = values
+        filled += len(values)
+    if result is None:
+        result = np.empty((0, 1, 0), dtype=np.float32)
+    return Predictions(member_logits=result, seconds=seconds)

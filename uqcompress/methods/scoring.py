@@ -14,6 +14,13 @@ padding is excluded from every per-token quantity here. The loss is the mean cro
 `model(**inputs).logits` against `batch["labels"]`. Models run in eval mode (no dropout) and the
 caller's train/eval flags are restored afterwards.
 
+Data-parallel runs: every data-driven scorer takes `gather`, a function returning every
+process's tensor concatenated along dim 0 in rank order, identically on every process
+(`runtime.distributed.all_gather_cat`). Each process then passes its own shard of whole
+batches, and the per-process sums (gradient magnitudes, entropies, token and example counts,
+losses, OOD scores) are combined before anything is divided or compared, so the scores equal a
+one-process run's over all the batches (up to float summation order). None: one process.
+
 Heads are reached only through `models.gates` (gates and captures on the attention output
 projection), so every family that `models/families` describes works unchanged.
 """
@@ -67,6 +74,7 @@ __all__ = [
 
 Batch = Mapping[str, Any]
 Progress = Callable[[int, int], None]
+Gather = Callable[[Tensor], Tensor]  # [n_r, ...] per process -> [sum n_r, ...], rank order
 
 HIS_ABS = ("sample", "batch")
 NORM_SCOPES = ("global", "layer")
@@ -202,6 +210,14 @@ def minmax(scores: Tensor, scope: str = "global") -> Tensor:
     return torch.where(absent, scores, result)
 
 
+def _sum_over_processes(value: Tensor, gather: Gather | None) -> Tensor:
+    """The sum of `value` over the processes of a data-parallel run (itself for one).
+
+    Shape: any -> the same shape.
+    """
+    return value if gather is None else gather(value[None]).sum(dim=0)
+
+
 def _check_option(name: str, value: str, allowed: tuple[str, ...], flag: str) -> None:
     if value not in allowed:
         raise ConfigError(
@@ -327,6 +343,7 @@ def taylor_scores(
     *,
     layer_l2: bool = False,
     global_minmax: bool = False,
+    gather: Gather | None = None,
 ) -> Tensor:
     """Michel et al. (2019) head importance, as in the HF bertology reference.
 
@@ -339,6 +356,8 @@ def taylor_scores(
     - `layer_l2`: divide each layer's row by its L2 norm (exponent 2, plus 1e-20 as in the
       reference, so an all-zero row stays zero).
     - `global_minmax`: then min-max normalise over all L*H heads (a constant tensor -> zeros).
+    - `gather`: a data-parallel run (module docstring): the sums and token counts of every
+      process's batches are added before dividing.
 
     Absent slots of a pruned model's layers are NaN (see the module docstring).
 
@@ -351,6 +370,8 @@ def taylor_scores(
         assert step.gate_grad is not None
         total += step.gate_grad.detach().to("cpu", torch.float64).abs()
         tokens += int(step.mask.sum())
+    total = _sum_over_processes(total, gather)
+    tokens = int(_sum_over_processes(torch.tensor(tokens, dtype=torch.int64), gather))
     if tokens == 0:
         raise DataError(
             "no calibration tokens: the batches were empty",
@@ -416,6 +437,7 @@ def hies_scores(
     alpha: float = 0.5,
     his_abs: str = "sample",
     norm_scope: str = "global",
+    gather: Gather | None = None,
 ) -> dict[str, Tensor]:
     """Head Importance-Entropy Score (Choi et al. 2026), ALGORITHMS.md §3.2.
 
@@ -436,6 +458,8 @@ def hies_scores(
     - Both are min-max normalised (`norm_scope` "global": over all L*H heads; "layer": within
       each layer; a constant group -> zeros), then HIES = alpha*HIS~ + (1-alpha)*(1-AE~), in
       [0, 1]. Low-entropy (focused) heads score higher.
+    - `gather`: a data-parallel run (module docstring): HIS and AE sums and the example count
+      of every process's batches are added before dividing and normalising.
 
     Returns {"score": HIES, "his": raw HIS, "ae": raw AE}.
 
@@ -481,6 +505,9 @@ def hies_scores(
                     attention_entropy(attention, mask).to("cpu", torch.float64).sum(dim=0)
                 )
             examples += size
+    his = _sum_over_processes(his, gather)
+    ae = _sum_over_processes(ae, gather)
+    examples = int(_sum_over_processes(torch.tensor(examples, dtype=torch.int64), gather))
     if examples == 0:
         raise DataError(
             "no calibration examples: the batches were empty",
@@ -601,12 +628,18 @@ def headmap_scores(
 
 
 def _cache_batches(
-    model: nn.Module, batches: Iterable[Batch], ood_batches: Iterable[Batch] | None
+    model: nn.Module,
+    batches: Iterable[Batch],
+    ood_batches: Iterable[Batch] | None,
+    gather: Gather | None = None,
 ) -> tuple[list[tuple[dict[str, Any], Tensor]], list[dict[str, Any]] | None]:
-    """Every batch moved to the model's device once, to be reused by every evaluation."""
+    """Every batch moved to the model's device once, to be reused by every evaluation. In a
+    data-parallel run (`gather`) a process may hold no batch; the set is empty only when
+    every process's is."""
     device = _device(model)
     cached_in = [_split(batch, device) for batch in batches]
-    if not cached_in or sum(labels.shape[0] for _, labels in cached_in) == 0:
+    examples = torch.tensor(sum(labels.shape[0] for _, labels in cached_in), dtype=torch.int64)
+    if int(_sum_over_processes(examples, gather)) == 0:
         raise DataError(
             "no calibration examples: the batches were empty",
             hint="pass a non-empty calibration set (--data, --calib-size)",
@@ -614,7 +647,8 @@ def _cache_batches(
     cached_ood: list[dict[str, Any]] | None = None
     if ood_batches is not None:
         cached_ood = [_split(batch, device, need_labels=False)[0] for batch in ood_batches]
-        if not cached_ood:
+        ood_count = torch.tensor(len(cached_ood), dtype=torch.int64)
+        if int(_sum_over_processes(ood_count, gather)) == 0:
             raise DataError(
                 "the OOD set has no batches",
                 hint="pass a non-empty OOD set (--ood), or leave it out for the NLL objective",
@@ -650,6 +684,7 @@ def _objective(
     model: nn.Module,
     cached_in: list[tuple[dict[str, Any], Tensor]],
     cached_ood: list[dict[str, Any]] | None,
+    gather: Gather | None = None,
 ) -> float:
     """The circuit objective of the currently gated model (higher is better).
 
@@ -658,11 +693,13 @@ def _objective(
     predictive entropy of softmax(logits) (OOD positive, higher = more OOD) and C the number of
     classes. ln C is the NLL of a uniform prediction, so both terms live on a ~[0, 1] scale: a
     circuit is rewarded for separating OOD data and penalised for losing accuracy/calibration.
+    With `gather`, the loss sums, counts and entropies of every process's batches (a process
+    may have none) are combined first, so every process gets the same value.
     """
     nll_sum = torch.zeros((), dtype=torch.float64)
     count = 0
     entropy_in: list[Tensor] = []
-    classes = 2
+    classes = 0  # none seen (a process without batches); ln C uses at least 2
     for inputs, labels in cached_in:
         logits = model(**inputs).logits.to(torch.float64)
         classes = logits.shape[-1]
@@ -670,13 +707,27 @@ def _objective(
         count += labels.shape[0]
         if cached_ood is not None:
             entropy_in.append(_predictive_entropy(logits).cpu())
+    if gather is not None:
+        # [nll sum, examples, classes] per process -> [P, 3]: summed, summed, max
+        packed = gather(
+            torch.stack([nll_sum, torch.tensor(count + 0.0), torch.tensor(classes + 0.0)]).to(
+                torch.float64
+            )[None]
+        )
+        nll_sum = packed[:, 0].sum()
+        count = int(packed[:, 1].sum())
+        classes = int(packed[:, 2].max())
     nll = float(nll_sum) / count
     if cached_ood is None:
         return -nll
     entropy_ood = [
         _predictive_entropy(model(**inputs).logits.to(torch.float64)).cpu() for inputs in cached_ood
     ]
-    separation = auroc(torch.cat(entropy_in), torch.cat(entropy_ood))
+    scores_in = torch.cat(entropy_in) if entropy_in else torch.empty(0, dtype=torch.float64)
+    scores_ood = torch.cat(entropy_ood) if entropy_ood else torch.empty(0, dtype=torch.float64)
+    if gather is not None:
+        scores_in, scores_ood = gather(scores_in), gather(scores_ood)
+    separation = auroc(scores_in, scores_ood)
     return separation - nll / math.log(max(classes, 2))
 
 
@@ -687,6 +738,7 @@ def circuit_scores(
     *,
     ood_batches: Iterable[Batch] | None = None,
     progress: Progress | None = None,
+    gather: Gather | None = None,
 ) -> tuple[Tensor, list[list[int]]]:
     """uqc's greedy forward circuit search (`--method greedy-circuit`), forward passes only.
 
@@ -710,6 +762,9 @@ def circuit_scores(
     total)` is called after each evaluation, total = `circuit_evaluations(keep_per_layer,
     heads_per_layer)`.
 
+    `gather`: a data-parallel run (module docstring): every evaluation combines the losses
+    and entropies of every process's batches, so every process takes the same picks.
+
     Returns (score, kept): kept[l] is the sorted list of heads kept in layer l.
 
     Shape: -> score `[L, H]` float32 on CPU.
@@ -717,7 +772,7 @@ def circuit_scores(
     counts = head_counts(loaded)
     keep = _check_keep(keep_per_layer, counts)
     model = loaded.model
-    cached_in, cached_ood = _cache_batches(model, batches, ood_batches)
+    cached_in, cached_ood = _cache_batches(model, batches, ood_batches, gather)
     total = circuit_evaluations(keep, counts)
     done = 0
     score = torch.zeros(len(counts), max(counts), dtype=torch.float32)
@@ -739,7 +794,7 @@ def circuit_scores(
                     open_gates[layer].zero_()
                     open_gates[layer][[*chosen, head]] = 1.0
                     gates.set(open_gates)
-                    value = _objective(model, cached_in, cached_ood)
+                    value = _objective(model, cached_in, cached_ood, gather)
                     # NaN compares false with everything: rank it last instead.
                     values[head] = value if not math.isnan(value) else -math.inf
                     done += 1

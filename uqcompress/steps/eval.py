@@ -122,13 +122,15 @@ def run(
 
     def build(writer: ArtifactWriter) -> None:
         from uqcompress.data.labels import map_labels
-        from uqcompress.steps.sources import combine, open_source
+        from uqcompress.runtime.distributed import is_main_process, rank_device
+        from uqcompress.steps.sources import open_source, predict_sharded
         from uqcompress.uq import metrics as m
         from uqcompress.uq.plots import save_ood_histograms, save_reliability_diagram
         from uqcompress.uq.quality_gates import evaluate_gate
 
+        device = rank_device(cfg.device)  # this process's GPU under torchrun
         sources = [
-            open_source(p, role, cfg.device, cfg.threads, cfg.samples, cfg.sample_chunk)
+            open_source(p, role, device, cfg.threads, cfg.samples, cfg.sample_chunk)
             for p, role in zip(model_paths, roles, strict=True)
         ]
         for source in sources:
@@ -146,8 +148,24 @@ def run(
         for each in [data, *ood_sets]:
             check_input_kind(each, sources[0].input_kind, str(model_paths[0]))
         label_ids = map_labels(data, labels, placeholder=False).ids
-        outputs = combine([s.predict(data, cfg.batch_size, cfg.max_length) for s in sources])
-        truncated = getattr(sources[0], "truncated", 0)
+        # Batch by batch into the arrays the metrics need; in a multi-process launch each
+        # process runs its shard and rank 0 gets every example, in order (None elsewhere).
+        gathered = predict_sharded(sources, data, cfg.batch_size, cfg.max_length)
+        ood_gathered = {
+            ood.name: predict_sharded(sources, ood, cfg.batch_size, cfg.max_length)
+            for ood in ood_sets
+        }
+        if not is_main_process():  # it computed its shard; rank 0 writes the artifact
+            return
+        for spec, got in [
+            (data.spec, gathered),
+            *((o.spec, ood_gathered[o.name]) for o in ood_sets),
+        ]:
+            if got is None:
+                raise DataError(f"{spec} has no examples", hint="pass a non-empty data set")
+        assert gathered is not None
+        outputs = gathered
+        truncated = outputs.truncated
         if truncated:
             writer.summary["truncated"] = truncated
             writer.warn(f"{truncated} texts were truncated to the max length")
@@ -173,7 +191,8 @@ def run(
         in_scores = m.uncertainty_scores(member_probs)
         ood_scores: dict[str, dict[str, np.ndarray]] = {}
         for ood in ood_sets:
-            ood_out = combine([s.predict(ood, cfg.batch_size, cfg.max_length) for s in sources])
+            ood_out = ood_gathered[ood.name]
+            assert ood_out is not None
             scores = m.uncertainty_scores(m.softmax(ood_out.member_logits))
             ood_scores[ood.name] = scores
             for score, values in scores.items():

@@ -173,10 +173,11 @@ def run(
 
         from uqcompress.methods.scoring import head_counts
         from uqcompress.models.loading import load_model
+        from uqcompress.runtime.distributed import rank_device
 
         loaded = load_model(source)
         model: Any = loaded.model
-        model.to(cfg.device)
+        model.to(rank_device(cfg.device))  # this process's GPU under torchrun
         # The heads the model has now (a pruned model records fewer than its config's
         # num_attention_heads); uneven layers score as [L, max H_l], NaN where no head is.
         heads = head_counts(loaded)
@@ -231,7 +232,12 @@ def _calibration_batches(
     loaded: Any, data: Any, cfg: ScoreConfig, size: int | None = None
 ) -> list[dict[str, Any]]:
     """A seeded subset of `size` (default `calib_size`) labelled examples, encoded once, in
-    fixed batches (all of them, in order, when `size` covers the data)."""
+    fixed batches (all of them, in order, when `size` covers the data).
+
+    In a multi-process launch this process gets its contiguous shard of those batches (whole
+    batches, the same ones a single process runs: Taylor's |gradient| is taken per batch);
+    the scorers add up what every process computed (`_gather`).
+    """
     import numpy as np
 
     count = min(cfg.calib_size if size is None else size, len(data))
@@ -242,11 +248,15 @@ def _calibration_batches(
     return _encoded_batches(loaded, data, pick, cfg)
 
 
-def _encoded_batches(loaded: Any, data: Any, pick: Any, cfg: ScoreConfig) -> list[dict[str, Any]]:
-    """The examples `pick` (sorted indices) of `data`, encoded once, in fixed batches."""
+def _encoded_batches(
+    loaded: Any, data: Any, pick: Any, cfg: ScoreConfig, shard: bool = True
+) -> list[dict[str, Any]]:
+    """The examples `pick` (sorted indices) of `data`, encoded once, in fixed batches; with
+    `shard`, in a multi-process launch only this process's contiguous share of them."""
     from uqcompress.data.dataset import LabeledData
     from uqcompress.data.encoding import check_input_kind, encode, make_loader
     from uqcompress.data.labels import map_labels
+    from uqcompress.runtime.distributed import rank_device, shard_bounds
 
     check_input_kind(data, loaded.input_kind, loaded.family.name)
     ids = map_labels(data, loaded.labels, placeholder=False).ids
@@ -261,11 +271,17 @@ def _encoded_batches(loaded: Any, data: Any, pick: Any, cfg: ScoreConfig) -> lis
         images=data.images.subset(pick.tolist()) if data.images is not None else None,
     )
     encoded = encode(subset, loaded, ids[pick], cfg.max_length, workers=cfg.workers)
-    device = cfg.device
-    return [
-        {k: v.to(device) for k, v in batch.items()}
-        for batch in make_loader(encoded, cfg.batch_size)
-    ]
+    device = rank_device(cfg.device)
+    batches = list(make_loader(encoded, cfg.batch_size))
+    first, last = shard_bounds(len(batches)) if shard else (0, len(batches))
+    return [{k: v.to(device) for k, v in batch.items()} for batch in batches[first:last]]
+
+
+def _gather() -> Any:
+    """The scorers' `gather` in a multi-process launch (None for one process)."""
+    from uqcompress.runtime.distributed import all_gather_cat, world_size
+
+    return all_gather_cat if world_size() > 1 else None
 
 
 def _compute(
@@ -283,12 +299,21 @@ def _compute(
         batches, calibration = _calibration_batches(loaded, data, cfg), {}
     if cfg.method == "taylor":
         score = scoring.taylor_scores(
-            loaded, batches, layer_l2=cfg.taylor_layer_l2, global_minmax=cfg.taylor_minmax
+            loaded,
+            batches,
+            layer_l2=cfg.taylor_layer_l2,
+            global_minmax=cfg.taylor_minmax,
+            gather=_gather(),
         )
         return {"score": score}, {}
     if cfg.method == "hies":
         parts = scoring.hies_scores(
-            loaded, batches, alpha=cfg.alpha, his_abs=cfg.his_abs, norm_scope=cfg.norm_scope
+            loaded,
+            batches,
+            alpha=cfg.alpha,
+            his_abs=cfg.his_abs,
+            norm_scope=cfg.norm_scope,
+            gather=_gather(),
         )
         return {"score": parts["score"], "his": parts["his"], "ae": parts["ae"]}, {}
     from uqcompress.methods.pruning import heads_to_remove
@@ -316,7 +341,12 @@ def _compute(
         def report(done: int, total: int) -> None:
             progress.update(task, completed=done, total=total)
 
-        score, kept = search(loaded, batches, keep, ood_batches=ood_batches, progress=report)
+        if cfg.method == "headmap":  # every process searches all its batches (not sharded)
+            score, kept = search(loaded, batches, keep, ood_batches=ood_batches, progress=report)
+        else:
+            score, kept = scoring.circuit_scores(
+                loaded, batches, keep, ood_batches=ood_batches, progress=report, gather=_gather()
+            )
     return {"score": score}, {
         "ratio": cfg.ratio,
         "keep_per_layer": keep,
@@ -341,7 +371,8 @@ def _lowest_loss_batches(
         pool = np.arange(pool_size)
     else:
         pool = np.sort(np.random.default_rng(cfg.seed).choice(len(data), pool_size, replace=False))
-    losses = scoring.example_losses(loaded, _encoded_batches(loaded, data, pool, cfg))
+    # HeadMap is not data-parallel: every process picks from the whole pool (same result)
+    losses = scoring.example_losses(loaded, _encoded_batches(loaded, data, pool, cfg, False))
     chosen = scoring.lowest_loss(losses, cfg.calib_size)
     picked = losses[chosen]
     info = {
@@ -350,7 +381,7 @@ def _lowest_loss_batches(
         "calibration_loss_max": round(float(picked.max()), 6),
         "pool_loss_mean": round(float(losses.mean()), 6),
     }
-    return _encoded_batches(loaded, data, pool[chosen], cfg), info
+    return _encoded_batches(loaded, data, pool[chosen], cfg, False), info
 
 
 def _as_index_labels(data: Any) -> Any:

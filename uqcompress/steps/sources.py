@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ class MemberOutputs:
     entropy: npt.NDArray[np.float64]
     mutual_info: npt.NDArray[np.float64]
     seconds: float  # model time only (forward passes / ONNX Runtime runs)
+    truncated: int = 0  # texts cut to the max length (torch models; the first source's)
 
 
 def combine(outputs: list[MemberOutputs]) -> MemberOutputs:
@@ -48,6 +49,7 @@ def combine(outputs: list[MemberOutputs]) -> MemberOutputs:
         entropy=predictive_entropy(probs),
         mutual_info=member_mutual_information(member_probs),
         seconds=sum(o.seconds for o in outputs),
+        truncated=outputs[0].truncated,
     )
 
 
@@ -66,6 +68,14 @@ class PredictionSource(ABC):
     @abstractmethod
     def predict(self, data: LabeledData, batch_size: int, max_length: int | None) -> MemberOutputs:
         """Run every example once."""
+
+    def stream(
+        self, data: LabeledData, batch_size: int, max_length: int | None
+    ) -> Iterator[MemberOutputs]:
+        """The outputs batch by batch (the batches `predict` would run): only one batch of
+        encoded inputs and outputs is held at a time."""
+        for start in range(0, len(data), batch_size):
+            yield self.predict(take(data, start, start + batch_size), batch_size, max_length)
 
 
 class TorchSource(PredictionSource):
@@ -117,7 +127,47 @@ class TorchSource(PredictionSource):
             entropy=entropy.astype(np.float64),
             mutual_info=mutual_info.astype(np.float64),
             seconds=prediction.seconds,
+            truncated=encoded.truncated,
         )
+
+    def stream(
+        self, data: LabeledData, batch_size: int, max_length: int | None
+    ) -> Iterator[MemberOutputs]:
+        """Images: the outputs batch by batch from one loader over the whole set (pixels are
+        made per batch, and `--workers` processes start once, not per batch); the truncation
+        count comes with the first batch. Text: slice by slice, as `predict` runs them (so
+        the token ids of the whole set are never held at once)."""
+        if data.input_kind != "image":
+            yield from super().stream(data, batch_size, max_length)
+            return
+        from uqcompress.data.encoding import encode
+        from uqcompress.engine.inference import iter_logits
+        from uqcompress.uq.functional import as_deployed
+
+        encoded = encode(
+            data,
+            self.loaded,
+            np.zeros(len(data), dtype=np.int64),
+            max_length,
+            workers=self.workers,
+        )
+        self.truncated = encoded.truncated
+        truncated = encoded.truncated
+        for member_logits, seconds in iter_logits(
+            self.loaded.model, encoded, batch_size, self.device
+        ):
+            if self.calibration is not None:
+                member_logits = member_logits / np.float32(self.calibration.temperature)
+            probs, entropy, mutual_info = as_deployed(member_logits)
+            yield MemberOutputs(
+                member_logits=member_logits,
+                probs=probs.astype(np.float64),
+                entropy=entropy.astype(np.float64),
+                mutual_info=mutual_info.astype(np.float64),
+                seconds=seconds,
+                truncated=truncated,
+            )
+            truncated = 0
 
 
 class OnnxSource(PredictionSource):
@@ -163,6 +213,29 @@ class OnnxSource(PredictionSource):
             mutual_info=result.mutual_info.astype(np.float64),
             seconds=time.perf_counter() - start,
         )
+
+    def stream(
+        self, data: LabeledData, batch_size: int, max_length: int | None
+    ) -> Iterator[MemberOutputs]:
+        """Images: one loader over the whole set (its `--workers` processes start once);
+        text: slice by slice, as `predict` runs them."""
+        if data.input_kind != "image" or data.input_kind != self.input_kind:
+            yield from super().stream(data, batch_size, max_length)
+            return
+        batches = onnx_pixel_batches(self.predictor, data, batch_size, self.workers)
+        while True:
+            start = time.perf_counter()
+            batch = next(batches, None)
+            if batch is None:
+                return
+            result = self.predictor.run(batch)
+            yield MemberOutputs(
+                member_logits=result.member_logits,
+                probs=result.probs.astype(np.float64),
+                entropy=result.entropy.astype(np.float64),
+                mutual_info=result.mutual_info.astype(np.float64),
+                seconds=time.perf_counter() - start,
+            )
 
 
 def onnx_pixel_batches(
@@ -223,9 +296,7 @@ class MembersSource(PredictionSource):
         self.parameters = sum(p.parameters for p in self.parts)
 
     def predict(self, data: LabeledData, batch_size: int, max_length: int | None) -> MemberOutputs:
-        outputs = [p.predict(data, batch_size, max_length) for p in self.parts]
-        self.truncated = getattr(self.parts[0], "truncated", 0)
-        return combine(outputs)
+        return combine([p.predict(data, batch_size, max_length) for p in self.parts])
 
 
 def _set_samples(loaded: object, samples: int, path: Path) -> None:
@@ -278,3 +349,100 @@ def open_source(
     if kind == "members":
         return MembersSource(path, role, device)
     return TorchSource(path, role, device, samples, sample_chunk)
+
+
+def take(data: LabeledData, start: int, stop: int) -> LabeledData:
+    """Examples `[start, stop)` of a data set (labels, texts or images sliced alike); the
+    spec and fingerprint stay those of the whole set."""
+    return replace(
+        data,
+        labels=data.labels[start:stop] if data.labels is not None else None,
+        texts=data.texts[start:stop] if data.texts is not None else None,
+        text_pairs=data.text_pairs[start:stop] if data.text_pairs is not None else None,
+        images=(
+            data.images.subset(range(start, min(stop, len(data.images))))
+            if data.images is not None
+            else None
+        ),
+    )
+
+
+def stream_outputs(
+    sources: list[PredictionSource], data: LabeledData, batch_size: int, max_length: int | None
+) -> Iterator[MemberOutputs]:
+    """Every source's outputs batch by batch, combined per batch into one deep ensemble.
+
+    Shape: yields member_logits `[B, sum M, C]` (the last batch may be smaller).
+    """
+    streams = [s.stream(data, batch_size, max_length) for s in sources]
+    for parts in zip(*streams, strict=True):
+        yield combine(list(parts))
+
+
+def predict_streamed(
+    sources: list[PredictionSource], data: LabeledData, batch_size: int, max_length: int | None
+) -> MemberOutputs | None:
+    """All examples' outputs, filled batch by batch into arrays allocated once: what is kept
+    grows with N only by the outputs themselves (member logits, probs, entropy, MI), never by
+    encoded inputs or per-batch copies. None for an empty data set.
+
+    Shape: member_logits `[N, M, C]`, probs `[N, C]`, entropy and mutual_info `[N]`.
+    """
+    total = len(data)
+    filled = 0
+    kept: MemberOutputs | None = None
+    seconds, truncated = 0.0, 0
+    for batch in stream_outputs(sources, data, batch_size, max_length):
+        rows = slice(filled, filled + len(batch.probs))
+        if kept is None:
+            members, classes = batch.member_logits.shape[1:]
+            kept = MemberOutputs(
+                member_logits=np.empty((total, members, classes), dtype=np.float32),
+                probs=np.empty((total, classes), dtype=np.float64),
+                entropy=np.empty(total, dtype=np.float64),
+                mutual_info=np.empty(total, dtype=np.float64),
+                seconds=0.0,
+            )
+        kept.member_logits[rows] = batch.member_logits
+        kept.probs[rows] = batch.probs
+        kept.entropy[rows] = batch.entropy
+        kept.mutual_info[rows] = batch.mutual_info
+        seconds += batch.seconds
+        truncated += batch.truncated
+        filled = rows.stop
+    if kept is None:
+        return None
+    return replace(kept, seconds=seconds, truncated=truncated)
+
+
+def predict_sharded(
+    sources: list[PredictionSource], data: LabeledData, batch_size: int, max_length: int | None
+) -> MemberOutputs | None:
+    """`predict_streamed` over a multi-process launch: each process runs its contiguous shard
+    of the examples (`runtime.distributed.shard_bounds`: each example exactly once), and rank
+    0 gets every example's outputs in the original order (the other ranks get None). Model
+    seconds and truncated texts are summed over the processes. With one process: all of
+    them, here.
+
+    Shape: as `predict_streamed`, on rank 0.
+    """
+    from uqcompress.runtime.distributed import agree, gather_objects, shard_bounds
+
+    start, stop = shard_bounds(len(data))
+    part = agree(lambda: predict_streamed(sources, take(data, start, stop), batch_size, max_length))
+    gathered = gather_objects(part)
+    if gathered is None:
+        return None
+    shards = [p for p in gathered if p is not None]
+    if not shards:
+        return None
+    if len(shards) == 1:
+        return shards[0]
+    return MemberOutputs(
+        member_logits=np.concatenate([p.member_logits for p in shards], axis=0),
+        probs=np.concatenate([p.probs for p in shards], axis=0),
+        entropy=np.concatenate([p.entropy for p in shards], axis=0),
+        mutual_info=np.concatenate([p.mutual_info for p in shards], axis=0),
+        seconds=sum(p.seconds for p in shards),
+        truncated=sum(p.truncated for p in shards),
+    )

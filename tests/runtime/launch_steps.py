@@ -1,0 +1,42 @@
+"""Run several `uqc` commands in one process of a `torchrun` launch (one start-up for all).
+
+Usage: `torchrun --nproc_per_node N launch_steps.py COMMANDS.json`, where COMMANDS.json holds
+a list of commands: an argument list, or `{"args": [...], "fail_rank": R}` for a command during
+which rank R's torch model predictions raise a DataError (as an unreadable input on one machine
+would: a test of what a failure on one process does to the whole run). Every command runs;
+each rank then prints `exit codes of rank R: [...]` on stderr and exits 0 (torchrun stops
+every process as soon as one exits non-zero, which would cut rank 0's last writes short).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def main() -> None:
+    from uqcompress.cli.app import run
+    from uqcompress.errors import DataError
+    from uqcompress.runtime.distributed import all_gather_objects, rank
+    from uqcompress.steps import sources
+
+    def broken(*args: object, **kwargs: object) -> object:
+        raise DataError("injected failure on this rank", hint="none: a test")
+
+    real, real_stream = sources.TorchSource.predict, sources.TorchSource.stream
+    codes = []
+    for command in json.loads(Path(sys.argv[1]).read_text()):
+        spec: dict[str, Any] = command if isinstance(command, dict) else {"args": command}
+        failing = spec.get("fail_rank") == rank()
+        # image data streams through one loader (`stream`), text slice by slice (`predict`)
+        sources.TorchSource.predict = broken if failing else real  # type: ignore[method-assign]
+        sources.TorchSource.stream = broken if failing else real_stream  # type: ignore[method-assign,assignment]
+        codes.append(run(spec["args"]))
+    all_gather_objects(None)  # every rank done with every command
+    sys.stderr.write(f"exit codes of rank {rank()}: {codes}\n")
+
+
+if __name__ == "__main__":
+    main()
