@@ -2,7 +2,9 @@
 
 Images stay sources until a batch needs them: `collate` opens each image, applies
 `--augment` and runs the model's image processor, in the data loader's worker processes
-with `--workers N` (`make_loader`). Nothing holds a data set's pixels at once.
+with `--workers N` (`make_loader`). Nothing holds a data set's pixels at once. Text is
+tokenised once, in chunks, into one flat int32 array of token ids plus row offsets
+(`TokenRows`): 4 bytes a token, where Python lists of ints cost about 36.
 """
 
 from __future__ import annotations
@@ -27,6 +29,60 @@ if TYPE_CHECKING:
     from uqcompress.models.loading import LoadedModel
 
 
+# Texts tokenised per call of the tokenizer: bounds the Python objects alive at once.
+TOKENIZE_CHUNK = 4096
+
+
+class TokenRows:
+    """Rows of token ids (or token types) in one flat array with offsets: row i is
+    `values[offsets[i]:offsets[i + 1]]`. Reads like a list of lists (`rows[i]`, slices,
+    iteration, `==` against lists).
+
+    Shape: values `[total tokens]`, offsets `[N + 1]`.
+    """
+
+    def __init__(self, values: npt.NDArray[Any], offsets: npt.NDArray[np.int64]) -> None:
+        self.values = values
+        self.offsets = offsets
+
+    @classmethod
+    def from_chunks(cls, chunks: list[list[list[int]]], dtype: Any) -> TokenRows:
+        rows = [row for chunk in chunks for row in chunk]
+        lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
+        offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        values = np.fromiter((v for r in rows for v in r), dtype=dtype, count=int(offsets[-1]))
+        return cls(values, offsets)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def row(self, i: int) -> npt.NDArray[Any]:
+        return self.values[self.offsets[i] : self.offsets[i + 1]]
+
+    def __getitem__(self, key: int | slice) -> Any:
+        if isinstance(key, slice):
+            return [self[i] for i in range(*key.indices(len(self)))]
+        if key < 0:
+            key += len(self)
+        return [int(v) for v in self.row(key)]
+
+    def __iter__(self) -> Any:
+        return (self[i] for i in range(len(self)))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, TokenRows):
+            return bool(
+                np.array_equal(self.offsets, other.offsets)
+                and np.array_equal(self.values, other.values)
+            )
+        if isinstance(other, list):
+            return list(self) == other
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+
 @dataclass
 class EncodedData:
     """Model-ready examples: image sources with the model's image processor (pixels made
@@ -46,13 +102,13 @@ class EncodedData:
     workers: int = 0
     # in-memory images (built-in sets) without augmentation: their pixels, processed once
     pixel_cache: npt.NDArray[np.float32] | None = None
-    input_ids: list[list[int]] | None = None
+    input_ids: TokenRows | None = None
     pad_token_id: int = 0
     pad_left: bool = False  # the tokenizer pads on the left (decoders often do)
     truncated: int = 0
     # Text pairs for a family with token types (BERT, ELECTRA): the tokenizer's segment ids
     # (0 for the first text, 1 for the second); None: all zeros.
-    token_type_ids: list[list[int]] | None = None
+    token_type_ids: TokenRows | None = None
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -162,23 +218,43 @@ def encode(
     if check_pairs:
         check_text_input(data, loaded.config)
     pairs = data.text_pairs
-    full = loaded.tokenizer(data.texts, pairs, truncation=False, add_special_tokens=True)
-    truncated = sum(1 for ids in full["input_ids"] if len(ids) > max_length)
-    tokens = loaded.tokenizer(data.texts, pairs, truncation=True, max_length=max_length)
-    ids = tokens["input_ids"]
-    types = None
-    if pairs is not None and uses_token_types(loaded) and "token_type_ids" in tokens:
-        types = [list(map(int, row)) for row in tokens["token_type_ids"]]
+    want_types = pairs is not None and uses_token_types(loaded)
+    id_chunks: list[list[list[int]]] = []
+    type_chunks: list[list[list[int]]] = []
+    truncated = 0
+    for start in range(0, len(data.texts), TOKENIZE_CHUNK):
+        texts = data.texts[start : start + TOKENIZE_CHUNK]
+        pair = pairs[start : start + TOKENIZE_CHUNK] if pairs is not None else None
+        tokens = loaded.tokenizer(texts, pair, truncation=False, add_special_tokens=True)
+        ids = [list(map(int, row)) for row in tokens["input_ids"]]
+        types = tokens.get("token_type_ids") if want_types else None
+        kept_types = [list(map(int, row)) for row in types] if types is not None else None
+        long = [i for i, row in enumerate(ids) if len(row) > max_length]
+        truncated += len(long)
+        if long:  # only these change under truncation (the longer text of a pair first)
+            cut = loaded.tokenizer(
+                [texts[i] for i in long],
+                [pair[i] for i in long] if pair is not None else None,
+                truncation=True,
+                max_length=max_length,
+            )
+            for j, i in enumerate(long):
+                ids[i] = list(map(int, cut["input_ids"][j]))
+                if kept_types is not None and "token_type_ids" in cut:
+                    kept_types[i] = list(map(int, cut["token_type_ids"][j]))
+        id_chunks.append(ids)
+        if kept_types is not None:
+            type_chunks.append(kept_types)
     pad = loaded.tokenizer.pad_token_id
     return EncodedData(
         input_kind="text",
         labels=label_ids,
-        input_ids=[list(map(int, row)) for row in ids],
+        input_ids=TokenRows.from_chunks(id_chunks, np.int32),
         pad_token_id=int(pad if pad is not None else 0),
         pad_left=getattr(loaded.tokenizer, "padding_side", "right") == "left",
         truncated=truncated,
         workers=workers,
-        token_type_ids=types,
+        token_type_ids=TokenRows.from_chunks(type_chunks, np.int8) if type_chunks else None,
     )
 
 
@@ -270,7 +346,7 @@ def collate(encoded: EncodedData, keys: list[Any]) -> dict[str, Any]:
             batch["pixel_values"] = torch.from_numpy(_pixels(encoded, keys))
         return batch
     assert encoded.input_ids is not None
-    rows = [encoded.input_ids[i] for i in indices]
+    rows = [encoded.input_ids.row(i) for i in indices]
     width = max(len(r) for r in rows)
     ids = torch.full((len(rows), width), encoded.pad_token_id, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
@@ -280,7 +356,8 @@ def collate(encoded: EncodedData, keys: list[Any]) -> dict[str, Any]:
         ids[i, start : start + len(row)] = torch.as_tensor(row)
         mask[i, start : start + len(row)] = 1
         if encoded.token_type_ids is not None:
-            types[i, start : start + len(row)] = torch.as_tensor(encoded.token_type_ids[indices[i]])
+            row_types = encoded.token_type_ids.row(indices[i])
+            types[i, start : start + len(row)] = torch.from_numpy(row_types.astype(np.int64))
     batch["input_ids"] = ids
     batch["attention_mask"] = mask
     batch["token_type_ids"] = types
