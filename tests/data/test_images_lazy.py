@@ -49,18 +49,16 @@ def _processor(loaded: LoadedModel, images: list[Any]) -> np.ndarray:
     return np.asarray(processor(images, return_tensors="np")["pixel_values"])
 
 
-_SAVED: dict[int, Path] = {}
-
-
 def _saved(loaded: LoadedModel) -> Path:
+    """The model's processor config saved to a fresh folder (no cache keyed by `id()`: a
+    collected model's id is reused by the next one, which once handed a 16-pixel model's
+    processor to an 8-pixel one)."""
     import tempfile
 
-    if id(loaded) not in _SAVED:
-        folder = Path(tempfile.mkdtemp())
-        assert loaded.preprocessing is not None
-        loaded.preprocessing.save(folder)
-        _SAVED[id(loaded)] = folder
-    return _SAVED[id(loaded)]
+    folder = Path(tempfile.mkdtemp())
+    assert loaded.preprocessing is not None
+    loaded.preprocessing.save(folder)
+    return folder
 
 
 def _through_uqc(loaded: LoadedModel, paths: list[Path]) -> np.ndarray:
