@@ -206,13 +206,7 @@ class OnnxSource(PredictionSource):
         else:
             batches = onnx_pixel_batches(self.predictor, data, batch_size, self.workers)
             result = self.predictor.predict_batches(batches)
-        return MemberOutputs(
-            member_logits=result.member_logits,
-            probs=result.probs.astype(np.float64),
-            entropy=result.entropy.astype(np.float64),
-            mutual_info=result.mutual_info.astype(np.float64),
-            seconds=time.perf_counter() - start,
-        )
+        return _from_prediction(result, time.perf_counter() - start)
 
     def stream(
         self, data: LabeledData, batch_size: int, max_length: int | None
@@ -229,13 +223,18 @@ class OnnxSource(PredictionSource):
             if batch is None:
                 return
             result = self.predictor.run(batch)
-            yield MemberOutputs(
-                member_logits=result.member_logits,
-                probs=result.probs.astype(np.float64),
-                entropy=result.entropy.astype(np.float64),
-                mutual_info=result.mutual_info.astype(np.float64),
-                seconds=time.perf_counter() - start,
-            )
+            yield _from_prediction(result, time.perf_counter() - start)
+
+
+def _from_prediction(result: Any, seconds: float) -> MemberOutputs:
+    """A Predictor's `Prediction` as the outputs eval and predict read (float64 metrics)."""
+    return MemberOutputs(
+        member_logits=result.member_logits,
+        probs=result.probs.astype(np.float64),
+        entropy=result.entropy.astype(np.float64),
+        mutual_info=result.mutual_info.astype(np.float64),
+        seconds=seconds,
+    )
 
 
 def onnx_pixel_batches(
