@@ -544,7 +544,10 @@ ROWS: dict[str, tuple[Case, str]] = {
         "kind must be a string, not a list",
     ),
     "a manifest nested 100k levels deep": (_deep_manifest, "nests too deeply"),
-    "a symlink inside an artifact": (_symlinked, "config.json in"),
+    "a symlink inside an artifact": (
+        _symlinked,
+        "symlinked is a symlink; an artifact holds only regular files",
+    ),
     "ONNX metadata without uqc.labels": (
         lambda t, f: [
             "predict",
@@ -837,6 +840,11 @@ ROWS: dict[str, tuple[Case, str]] = {
     "a --set key that does not exist": (
         lambda t, f: ["run", _recipe(t), "--set", "vars.tarin=x.csv"],
         "--set vars.tarin: no variable 'tarin' in [vars] (it has: test, train)",
+    ),
+    # issue 26 (lead)
+    "quantize a path that does not exist": (
+        lambda t, f: ["quantize", str(t / "nope"), "--data", str(f["test"])],
+        "nope does not exist",
     ),
 }
 

@@ -214,3 +214,24 @@ def test_lineage_cycles_are_reported_not_followed(tmp_path: Path) -> None:
     (path / "manifest.json").write_text(json.dumps(raw))
     nodes = walk_lineage(path)
     assert [n.status for n in nodes] == ["ok", "cycle"]
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_every_file_of_an_artifact_gets_the_umask_mode(tmp_path: Path, umask: int) -> None:
+    """safetensors wrote model.safetensors 0600 beside 0644 JSON: one mode, from the umask."""
+    from uqcompress.models.factory import create_model
+    from uqcompress.models.loading import save_model
+
+    old = os.umask(umask)
+    try:
+        with ArtifactWriter(tmp_path / "m", _plan()) as writer:
+            save_model(create_model("bert", ["neg", "pos"]), writer.dir)
+            (writer.dir / "private.bin").write_bytes(b"x")
+            (writer.dir / "private.bin").chmod(0o600)
+        path = writer.artifact.path
+    finally:
+        os.umask(old)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in path.rglob("*") if p.is_file()}
+    assert "model.safetensors" in modes and "manifest.json" in modes
+    assert set(modes.values()) == {0o666 & ~umask}, modes
+    assert path.stat().st_mode & 0o777 == 0o777 & ~umask

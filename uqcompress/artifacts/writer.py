@@ -330,6 +330,7 @@ class ArtifactWriter:
             raise
 
     def _finalise(self) -> None:
+        apply_umask_modes(self.dir)
         manifest = self._manifest()
         # The manifest is written last: its presence is what makes the directory an artifact.
         tmp_manifest = self.dir / (MANIFEST_NAME + ".partial")
@@ -437,6 +438,20 @@ class ArtifactWriter:
             f"cannot replace {self.dest}: {exc.strerror or exc}; the previous artifact is kept",
             hint="choose another --out",
         ) from exc
+
+
+def apply_umask_modes(directory: Path) -> None:
+    """Give every file and folder under ``directory`` the mode a plain ``open`` would.
+
+    Libraries write some files through private temp files (safetensors' ``model.safetensors``
+    came out 0600 beside 0644 JSON files): one artifact gets one file mode, from the umask.
+    """
+    mask = os.umask(0)
+    os.umask(mask)  # reading the umask means setting it; put it straight back
+    for path in directory.rglob("*"):
+        if path.is_symlink():
+            continue
+        path.chmod((0o777 if path.is_dir() else 0o666) & ~mask)
 
 
 def clean_stale_temp_dirs(root: Path) -> list[Path]:

@@ -137,6 +137,11 @@ def _open_export(path: Path) -> Any:
     from uqcompress.export import contract
 
     export_hint = f"export it first: uqc export {path} --format onnx, then quantize that"
+    if not path.exists():
+        raise ArtifactError(
+            f"{path} does not exist",
+            hint="pass the folder uqc export --format onnx printed, e.g. artifacts/onnx-1a2b3c4d",
+        )
     if not (path / MANIFEST_NAME).is_file():
         raise IncompatibleInputError(
             f"{path} is not an ONNX artifact; uqc quantize works on ONNX exports",
