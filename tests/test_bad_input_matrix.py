@@ -363,6 +363,17 @@ def _sve(f: dict[str, Path], *extra: str) -> list[str]:
     return ["svd-ensemble", str(f["bert"]), "--data", str(f["train"]), *extra]
 
 
+def _i26lead_resealed_input(tmp: Path, f: dict[str, Path]) -> list[str]:
+    from uqcompress.steps import eval as eval_step
+
+    model = _copy(tmp, f["bert"], "model")
+    evaluation = eval_step.run(
+        [model], eval_step.EvalConfig(data=str(f["test"])), tmp / "evaluation"
+    ).artifact.path
+    _edit_manifest(model, lambda m: m.update(created_utc="2000-01-01T00:00:00+00:00"))
+    return ["verify", str(evaluation)]
+
+
 ROWS: dict[str, tuple[Case, str]] = {
     "missing path": (
         lambda t, f: ["eval", str(t / "nope"), "--data", str(f["test"])],
@@ -842,6 +853,10 @@ ROWS: dict[str, tuple[Case, str]] = {
         "--set vars.tarin: no variable 'tarin' in [vars] (it has: test, train)",
     ),
     # issue 26 (lead)
+    "verify an artifact whose input was resealed": (
+        _i26lead_resealed_input,
+        "was made from a model input that has changed since",
+    ),
     "quantize a path that does not exist": (
         lambda t, f: ["quantize", str(t / "nope"), "--data", str(f["test"])],
         "nope does not exist",

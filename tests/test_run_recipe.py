@@ -238,6 +238,33 @@ def test_a_rerun_reuses_every_artifact_and_dry_run_says_so(
     assert [s["status"] for s in changed["steps"].values()] == ["reused", "built", "built"]
 
 
+def test_an_input_replaced_under_the_same_id_is_not_reused(
+    cli: Callable[..., Any], tmp_path: Path
+) -> None:
+    """An id covers the inputs' ids, not their bytes: a resealed input must rebuild what
+    follows it (and verify must say so), or a gate passes on stale numbers."""
+    recipe = _write(tmp_path, TINY)
+    built = _report(cli("run", recipe, "--json"))["steps"]
+    base = Path(built["base"]["path"])
+    manifest = json.loads((base / "manifest.json").read_text())
+    manifest["created_utc"] = "2000-01-01T00:00:00+00:00"  # resealed: same id, other manifest
+    (base / "manifest.json").write_text(json.dumps(manifest))
+
+    stale = cli("verify", built["eval"]["path"])
+    assert stale.code == 1
+    assert "made from a model input that has changed since" in stale.err
+    assert "resealed" in stale.err and len(stale.err.strip().splitlines()) == 1
+    shown = cli("inspect", built["eval"]["path"], "--json")
+    lineage = json.loads(shown.out)["lineage"]
+    assert [node["status"] for node in lineage] == ["ok", "resealed", "ok"]  # eval, base, init
+
+    again = _report(cli("run", recipe, "--json"))["steps"]
+    assert [s["status"] for s in again.values()] == ["reused", "reused", "built"]
+    assert again["eval"]["id"] == built["eval"]["id"]
+    verified = cli("verify", again["eval"]["path"])
+    assert verified.code == 0, verified.err
+
+
 def test_a_failed_step_is_named_and_a_rerun_resumes(
     cli: Callable[..., Any], tmp_path: Path
 ) -> None:

@@ -5,8 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from uqcompress.artifacts.hashing import sha256_file
+from uqcompress.artifacts.manifest import MANIFEST_NAME
 from uqcompress.artifacts.reader import read_manifest
-from uqcompress.errors import UqcError
+from uqcompress.errors import IntegrityError, UqcError
 
 
 @dataclass(frozen=True)
@@ -17,7 +19,24 @@ class LineageNode:
     id: str
     kind: str
     step: str
-    status: str  # "ok", "missing" (moved/deleted), "changed" (id differs), "external", "cycle"
+    # "ok", "missing" (moved/deleted), "changed" (id differs), "resealed" (same id, but its
+    # manifest is not the one recorded: rebuilt or edited since), "external", "cycle"
+    status: str
+
+
+STALE = ("changed", "resealed")
+
+
+def check_inputs_current(path: Path) -> None:
+    """Raise unless every input up the chain is the one ``path`` was made from."""
+    for node in walk_lineage(path)[1:]:
+        if node.status in STALE:
+            raise IntegrityError(
+                f"{path} was made from a {node.kind} input that has changed since: "
+                f"{node.role} {node.path} ({node.status}: its manifest is not the one recorded)",
+                hint="rebuild this artifact from its inputs as they are now (rerun its step "
+                "with --force, or uqc run the recipe)",
+            )
 
 
 def walk_lineage(path: Path, max_depth: int = 64) -> list[LineageNode]:
@@ -53,6 +72,9 @@ def _walk(
             )
             continue
         status = "ok" if manifest.id == ref.id else "changed"
+        recorded = ref.manifest_sha256
+        if status == "ok" and recorded and sha256_file(target / MANIFEST_NAME) != recorded:
+            status = "resealed"
         if manifest.id in seen:
             status = "cycle"  # a damaged or hand-edited lineage; never walk it twice
         nodes.append(

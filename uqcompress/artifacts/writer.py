@@ -190,13 +190,29 @@ def refuse_unless_replaceable(dest: Path) -> None:
             )
 
 
+def stale_input(existing: Manifest, plan: OutputPlan) -> str | None:
+    """The role and path of an input that changed since ``existing`` was made from it, if any.
+
+    The id of an artifact covers its inputs' ids, not their bytes: an input rebuilt with
+    ``--force`` or edited and resealed keeps its id, so an artifact made from the old one
+    would be reused with stale numbers. The recorded manifest sha256 tells them apart.
+    """
+    recorded = {ref.id: ref.manifest_sha256 for ref in existing.inputs if ref.manifest_sha256}
+    for ref in plan.inputs:
+        before = recorded.get(ref.id)
+        if before is not None and ref.manifest_sha256 is not None and before != ref.manifest_sha256:
+            return f"{ref.role} {ref.path}"
+    return None
+
+
 def resolve_destination(
     plan: OutputPlan, out: Path | None, force: bool
 ) -> tuple[Path, Artifact | None]:
     """Pick the output directory; return the existing artifact there if it can be reused.
 
-    Same id at the destination: reuse (the caller skips the work). Anything else there:
-    refuse, unless ``force`` and it is an artifact holding only its own files (or empty).
+    Same id at the destination: reuse (the caller skips the work), unless it was made from
+    an input that has been replaced since: then it is rebuilt. Anything else there: refuse,
+    unless ``force`` and it is an artifact holding only its own files (or empty).
     """
     dest = destination_path(plan, out)
     if dest.is_symlink():
@@ -218,10 +234,16 @@ def resolve_destination(
     except UqcError:
         existing = None
     if existing is not None and existing.id == plan.id and existing.kind == plan.kind:
-        try:
-            return dest, open_artifact(dest)
-        except UqcError:
-            pass  # damaged: fall through to the refusal below, which names --force
+        if stale_input(existing, plan) is None:
+            try:
+                return dest, open_artifact(dest)
+            except UqcError:
+                pass  # damaged: fall through to the refusal below, which names --force
+        else:
+            # Made from an input that was replaced since: its numbers are stale, and the
+            # artifact is ours (same id), so it is rebuilt rather than reused.
+            refuse_unless_replaceable(dest)
+            return dest, None
     if existing is None and not any(dest.iterdir()):
         return dest, None  # an empty directory holds nothing to lose
     if existing is not None and _REPLACE_OTHERS.get():
@@ -387,7 +409,7 @@ class ArtifactWriter:
         if self.dest.is_dir() and not self.dest.is_symlink():
             if not any(self.dest.iterdir()):
                 self.dest.rmdir()
-            elif self.force:
+            elif self.force or self._stale_at_dest():
                 # Checked again here: the folder may have changed while the step ran.
                 refuse_unless_replaceable(self.dest)
                 trash = self.dest.parent / f".{self.dest.name}.old-{secrets.token_hex(4)}"
@@ -422,6 +444,15 @@ class ArtifactWriter:
             ) from None
         if trash is not None:
             shutil.rmtree(trash, ignore_errors=True)
+
+    def _stale_at_dest(self) -> bool:
+        """Whether dest holds this artifact made from an input that was replaced since."""
+        try:
+            theirs = read_manifest(self.dest)
+        except UqcError:
+            return False
+        same = theirs.id == self.plan.id and theirs.kind == self.plan.kind
+        return same and stale_input(theirs, self.plan) is not None
 
     def _restore(self, trash: Path, exc: OSError) -> None:
         """The new artifact could not be renamed into place: put the old one back."""

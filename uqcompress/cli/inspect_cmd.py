@@ -78,13 +78,16 @@ def verify(
     artifact: Annotated[str, typer.Argument(help="Artifact directory ('-' reads stdin).")],
 ) -> None:
     """Check every file of an artifact against its recorded size and sha256, and that it holds
-    only regular files and no path leading out of it (exit 1 if not)."""
+    only regular files and no path leading out of it, and that every input up its lineage is
+    still the one it was made from (exit 1 if not)."""
     from uqcompress.artifacts import open_artifact
+    from uqcompress.artifacts.lineage import check_inputs_current
     from uqcompress.export.contract import ONNX_FILE
     from uqcompress.runtime.console import stderr
 
     path = resolve_input(artifact)
     opened = open_artifact(path, verify=True)
+    check_inputs_current(path)
     if opened.kind == "onnx" and ONNX_FILE in opened.manifest.files:
         # paths inside the model (tokenizer, external data) must stay in the artifact too
         from uqcompress.export.runtime import check_onnx_paths
