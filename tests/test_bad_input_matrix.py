@@ -363,6 +363,19 @@ def _sve(f: dict[str, Path], *extra: str) -> list[str]:
     return ["svd-ensemble", str(f["bert"]), "--data", str(f["train"]), *extra]
 
 
+def _i26nan_model(tmp: Path) -> str:
+    """A transformers dir whose classifier holds one NaN weight (every output NaN)."""
+    import math
+
+    import torch
+
+    loaded = create_model("bert", ["neg", "pos"])
+    with torch.no_grad():
+        dict(loaded.model.named_parameters())["classifier.weight"].view(-1)[0] = math.nan
+    save_model(loaded, tmp / "nan-model")
+    return str(tmp / "nan-model")
+
+
 ROWS: dict[str, tuple[Case, str]] = {
     "missing path": (
         lambda t, f: ["eval", str(t / "nope"), "--data", str(f["test"])],
@@ -837,6 +850,23 @@ ROWS: dict[str, tuple[Case, str]] = {
     "a --set key that does not exist": (
         lambda t, f: ["run", _recipe(t), "--set", "vars.tarin=x.csv"],
         "--set vars.tarin: no variable 'tarin' in [vars] (it has: test, train)",
+    ),
+    # issue 26 (nan)
+    "eval of a model with NaN outputs": (
+        lambda t, f: ["eval", _i26nan_model(t), "--data", str(f["test"])],
+        "computes NaN or infinite outputs for example 0",
+    ),
+    "calibrate a model with NaN outputs": (
+        lambda t, f: ["calibrate", _i26nan_model(t), "--data", str(f["test"])],
+        "computes NaN or infinite outputs for example 0",
+    ),
+    "predict with a model with NaN outputs": (
+        lambda t, f: ["predict", _i26nan_model(t), "--data", str(f["test"])],
+        "its weights hold 1 non-finite value (in classifier.weight)",
+    ),
+    "score --method hies of a model with NaN outputs": (
+        lambda t, f: ["score", _i26nan_model(t), "--method", "hies", "--data", str(f["test"])],
+        "scores (score) of",
     ),
 }
 
