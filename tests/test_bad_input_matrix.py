@@ -376,6 +376,14 @@ def _i26nan_model(tmp: Path) -> str:
     return str(tmp / "nan-model")
 
 
+def _i26nan_resume(corruption: str) -> Case:
+    """`finetune --resume` with a copy of a real checkpoint corrupted as
+    tests/resume_checkpoints.py's CORRUPTIONS[corruption] says."""
+    from tests.resume_checkpoints import CORRUPTIONS, corrupted
+
+    return lambda t, f: corrupted(f["bert"], f["train"], t, CORRUPTIONS[corruption][0])
+
+
 ROWS: dict[str, tuple[Case, str]] = {
     "missing path": (
         lambda t, f: ["eval", str(t / "nope"), "--data", str(f["test"])],
@@ -867,6 +875,34 @@ ROWS: dict[str, tuple[Case, str]] = {
     "score --method hies of a model with NaN outputs": (
         lambda t, f: ["score", _i26nan_model(t), "--method", "hies", "--data", str(f["test"])],
         "scores (score) of",
+    ),
+    "--resume with a checkpoint epoch beyond the run": (
+        _i26nan_resume("epoch far beyond the run"),
+        "has loop.epoch 1000000, outside [0, 2] for this run",
+    ),
+    "--resume with a checkpoint scheduler last_epoch -5": (
+        _i26nan_resume("scheduler last_epoch -5"),
+        "has scheduler last_epoch -5, but it is at step 8",
+    ),
+    "--resume with a checkpoint weight of another shape": (
+        _i26nan_resume("model weight of another shape"),
+        "of shape [3, 5], this run",
+    ),
+    "--resume with a checkpoint without optimizer state": (
+        _i26nan_resume("optimizer state emptied"),
+        "has no optimizer state for its 8 steps",
+    ),
+    "--resume with a checkpoint with a bad RNG state": (
+        _i26nan_resume("torch RNG state of another type"),
+        "has an rng_torch that is not torch's CPU generator state",
+    ),
+    "--resume with a checkpoint torch will not unpickle": (
+        _i26nan_resume("a pickle torch will not load"),
+        "cannot be read (torch refused to unpickle it: Unsupported global",
+    ),
+    "finetune a model whose starting weights are NaN": (
+        lambda t, f: ["finetune", _i26nan_model(t), "--data", str(f["train"])],
+        "the starting weights of",
     ),
 }
 

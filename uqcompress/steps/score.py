@@ -234,8 +234,8 @@ def _check_finite(
 ) -> None:
     """NonFiniteError before anything is written if a head the model has scores NaN or
     infinity (a model with NaN outputs): prune would rank nothing."""
+    from uqcompress.engine.finite import non_finite_weights, weights_summary
     from uqcompress.methods.pruning import check_finite_scores
-    from uqcompress.steps.sources import non_finite_weights, weights_summary
 
     count, names = non_finite_weights(loaded.model)
     for name, values in tensors.items():

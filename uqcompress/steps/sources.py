@@ -122,6 +122,8 @@ class TorchSource(PredictionSource):
         self.calibration = self.loaded.calibration
 
     def non_finite_weights(self) -> tuple[int, list[str]] | None:
+        from uqcompress.engine.finite import non_finite_weights
+
         return non_finite_weights(self.loaded.model)
 
     def _predict(self, data: LabeledData, batch_size: int, max_length: int | None) -> MemberOutputs:
@@ -258,6 +260,7 @@ def check_finite(
 
         Shape: as MemberOutputs (rows `N` first in every array).
     """
+    from uqcompress.engine.finite import weights_summary
     from uqcompress.errors import NonFiniteError
 
     arrays = (outputs.member_logits, outputs.probs, outputs.entropy, outputs.mutual_info)
@@ -288,28 +291,6 @@ def check_finite(
         message += "; its weights are all finite (an input overflows it)"
         hint = "check that example's input, or train the model with a lower --lr"
     raise NonFiniteError(message, hint=hint)
-
-
-def non_finite_weights(model: Any) -> tuple[int, list[str]]:
-    """How many parameter and buffer values of a torch model are NaN or infinite, and the
-    names of the tensors that hold them (in the model's order)."""
-    import torch
-
-    count, names = 0, []
-    for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
-        if not torch.is_floating_point(tensor):
-            continue
-        bad = int((~torch.isfinite(tensor.detach())).sum())
-        if bad:
-            count += bad
-            names.append(name)
-    return count, names
-
-
-def weights_summary(count: int, names: list[str]) -> str:
-    """`non_finite_weights` in words: "its weights hold 3 non-finite values (in a.weight)"."""
-    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more tensors" if len(names) > 3 else "")
-    return f"its weights hold {count} non-finite value{'s' if count != 1 else ''} (in {shown})"
 
 
 def _from_prediction(result: Any, seconds: float) -> MemberOutputs:
