@@ -900,6 +900,10 @@ ROWS: dict[str, tuple[Case, str]] = {
         _i26nan_resume("a pickle torch will not load"),
         "cannot be read (torch refused to unpickle it: Unsupported global",
     ),
+    "export a model whose weights are NaN": (
+        lambda t, f: ["export", _i26nan_model(t), "--format", "onnx"],
+        "cannot be exported: its weights hold 1 non-finite value (in classifier.weight)",
+    ),
     "finetune a model whose starting weights are NaN": (
         lambda t, f: ["finetune", _i26nan_model(t), "--data", str(f["train"])],
         "the starting weights of",

@@ -145,3 +145,20 @@ def test_streamed_batches_name_the_example_of_the_whole_set(
     assert result.code == 1
     assert result.out == ""  # the JSON lines of the first two batches were never printed
     assert "for example 18;" in result.err and "its weights are all finite" in result.err
+
+
+@pytest.mark.parametrize("form", ["onnx", "safetensors"])
+def test_export_refuses_non_finite_weights_before_exporting(
+    form: str, cli: Callable[..., Any], tmp_path: Path
+) -> None:
+    """Before: the ONNX parity gate failed (exit 3) with "ONNX output disagrees with PyTorch
+    ... (fix: report this with the model ...)", blaming the export."""
+    model = nan_model(tmp_path / "nan")
+    result = cli("export", model, "--format", form, "--out", tmp_path / "x")
+    assert result.code == 1 and result.out == ""
+    lines = [line for line in result.err.splitlines() if line.strip()]
+    assert lines == [
+        f"error: {model} cannot be exported: its weights hold 1 non-finite value (in "
+        "classifier.weight) (fix: export a model with finite weights (retrain or re-import it))"
+    ]
+    assert not (tmp_path / "x").exists()
