@@ -372,6 +372,25 @@ def _i26lead_resealed_input(tmp: Path, f: dict[str, Path]) -> list[str]:
     ).artifact.path
     _edit_manifest(model, lambda m: m.update(created_utc="2000-01-01T00:00:00+00:00"))
     return ["verify", str(evaluation)]
+def _i26nan_model(tmp: Path) -> str:
+    """A transformers dir whose classifier holds one NaN weight (every output NaN)."""
+    import math
+
+    import torch
+
+    loaded = create_model("bert", ["neg", "pos"])
+    with torch.no_grad():
+        dict(loaded.model.named_parameters())["classifier.weight"].view(-1)[0] = math.nan
+    save_model(loaded, tmp / "nan-model")
+    return str(tmp / "nan-model")
+
+
+def _i26nan_resume(corruption: str) -> Case:
+    """`finetune --resume` with a copy of a real checkpoint corrupted as
+    tests/resume_checkpoints.py's CORRUPTIONS[corruption] says."""
+    from tests.resume_checkpoints import CORRUPTIONS, corrupted
+
+    return lambda t, f: corrupted(f["bert"], f["train"], t, CORRUPTIONS[corruption][0])
 
 
 ROWS: dict[str, tuple[Case, str]] = {
@@ -860,6 +879,54 @@ ROWS: dict[str, tuple[Case, str]] = {
     "quantize a path that does not exist": (
         lambda t, f: ["quantize", str(t / "nope"), "--data", str(f["test"])],
         "nope does not exist",
+    # issue 26 (nan)
+    "eval of a model with NaN outputs": (
+        lambda t, f: ["eval", _i26nan_model(t), "--data", str(f["test"])],
+        "computes NaN or infinite outputs for example 0",
+    ),
+    "calibrate a model with NaN outputs": (
+        lambda t, f: ["calibrate", _i26nan_model(t), "--data", str(f["test"])],
+        "computes NaN or infinite outputs for example 0",
+    ),
+    "predict with a model with NaN outputs": (
+        lambda t, f: ["predict", _i26nan_model(t), "--data", str(f["test"])],
+        "its weights hold 1 non-finite value (in classifier.weight)",
+    ),
+    "score --method hies of a model with NaN outputs": (
+        lambda t, f: ["score", _i26nan_model(t), "--method", "hies", "--data", str(f["test"])],
+        "scores (score) of",
+    ),
+    "--resume with a checkpoint epoch beyond the run": (
+        _i26nan_resume("epoch far beyond the run"),
+        "has loop.epoch 1000000, outside [0, 2] for this run",
+    ),
+    "--resume with a checkpoint scheduler last_epoch -5": (
+        _i26nan_resume("scheduler last_epoch -5"),
+        "has scheduler last_epoch -5, but it is at step 8",
+    ),
+    "--resume with a checkpoint weight of another shape": (
+        _i26nan_resume("model weight of another shape"),
+        "of shape [3, 5], this run",
+    ),
+    "--resume with a checkpoint without optimizer state": (
+        _i26nan_resume("optimizer state emptied"),
+        "has no optimizer state for its 8 steps",
+    ),
+    "--resume with a checkpoint with a bad RNG state": (
+        _i26nan_resume("torch RNG state of another type"),
+        "has an rng_torch that is not torch's CPU generator state",
+    ),
+    "--resume with a checkpoint torch will not unpickle": (
+        _i26nan_resume("a pickle torch will not load"),
+        "cannot be read (torch refused to unpickle it: Unsupported global",
+    ),
+    "export a model whose weights are NaN": (
+        lambda t, f: ["export", _i26nan_model(t), "--format", "onnx"],
+        "cannot be exported: its weights hold 1 non-finite value (in classifier.weight)",
+    ),
+    "finetune a model whose starting weights are NaN": (
+        lambda t, f: ["finetune", _i26nan_model(t), "--data", str(f["train"])],
+        "the starting weights of",
     ),
 }
 

@@ -46,6 +46,11 @@ class DataError(UqcError):
     """A data spec, file, column or label that cannot be used."""
 
 
+class NonFiniteError(UqcError):
+    """A model whose outputs (logits, probabilities, head scores) or weights are NaN or
+    infinite: nothing measured from them can be trusted, so nothing is written."""
+
+
 class DependencyError(UqcError):
     """An optional dependency (ONNX Runtime extra, ...) that is not installed."""
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 
-from uqcompress.errors import ConfigError, IncompatibleInputError
+from uqcompress.errors import ConfigError, IncompatibleInputError, NonFiniteError
 from uqcompress.methods.pruning import check_scores_fit, select_heads, select_member_heads
 from uqcompress.methods.scoring import (
     absent_slots,
@@ -124,8 +124,14 @@ def test_check_scores_fit_refuses_a_mismatched_nan_pattern_or_shape() -> None:
         check_scores_fit(torch.tensor([[1.0, 2.0], [3.0, 4.0]]), [2, 1])
     with pytest.raises(IncompatibleInputError, match="missing"):
         check_scores_fit(torch.tensor([[1.0, nan], [3.0, 4.0]]), [2, 2])
-    with pytest.raises(IncompatibleInputError, match="infinite"):
+    with pytest.raises(NonFiniteError, match="NaN or infinite for 1 of 2 heads"):
         check_scores_fit(torch.tensor([[1.0, math.inf]]), [2])
+    # issue 26 item 19: NaN scores of heads the model has (a model with NaN outputs) are
+    # non-finite scores, not "score this model first"
+    with pytest.raises(NonFiniteError, match="layer 0 head 0"):
+        check_scores_fit(torch.full((2, 2), nan), [2, 2])
+    with pytest.raises(NonFiniteError, match="layer 1 head 0"):
+        check_scores_fit(torch.tensor([[1.0, 2.0], [nan, 4.0]]), [2, 2])
 
 
 @pytest.mark.parametrize("select", ["gumbel", "partition"])

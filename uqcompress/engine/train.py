@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from uqcompress.errors import ConfigError, DataError
 from uqcompress.runtime import interrupts
@@ -434,6 +434,7 @@ def train(
     *,
     epoch_end: EpochEnd | None = None,
     checkpoint: Checkpointing | None = None,
+    source: str | None = None,
 ) -> TrainResult:
     """Train ``model`` in place; returns loss and validation curves and the per-epoch history.
 
@@ -460,6 +461,7 @@ def train(
     from uqcompress.runtime.console import stderr
 
     cfg.validate()
+    _check_starting_weights(model, source)
     set_seed(cfg.seed)
     generator = getattr(loader, "generator", None)  # the shuffling order's own generator
     # split_batches: --batch-size is the global batch, cut across processes, so a run on N
@@ -499,7 +501,18 @@ def train(
                 + (f" in {checkpoint.directory}" if checkpoint is not None else ""),
                 hint="run without --resume (add --checkpoint-every N to write checkpoints)",
             )
-        loop = _load_checkpoint(checkpoint, unwrapped, optimizer, scheduler, result, average)
+        run = _RunShape(
+            total=total,
+            epochs=epochs,
+            micro_per_epoch=micro_per_epoch,
+            updates_per_epoch=updates_per_epoch,
+            grad_accum=cfg.grad_accum,
+            validating=validate is not None,
+            generator=generator,
+        )
+        loop = _load_checkpoint(
+            checkpoint, unwrapped, optimizer, scheduler, result, average, run=run
+        )
         result.resumed_from_step = result.steps
         stderr.print(
             f"[dim]resuming from step {result.steps} (epoch {loop.epoch + 1}, "
@@ -543,10 +556,7 @@ def train(
                 loss = loss_fn(model, batch)
                 value = float(loss.detach())
                 if not math.isfinite(value):
-                    raise ConfigError(
-                        f"training diverged at epoch {epoch + 1} (loss {value})",
-                        hint="lower --lr",
-                    )
+                    _diverged(value, epoch, result.steps, source)
                 accelerator.backward(loss / group if group > 1 else loss)
                 loop.running += value
                 loop.seen += 1
@@ -622,6 +632,39 @@ def train(
 
         shutil.rmtree(checkpoint.directory, ignore_errors=True)  # the run is complete
     return result
+
+
+def _check_starting_weights(model: nn.Module, source: str | None) -> None:
+    """NonFiniteError before the first step if the weights to train from are NaN or infinite:
+    no learning rate fixes that (the divergence message would say "lower --lr")."""
+    from uqcompress.engine.finite import non_finite_weights, weights_summary
+    from uqcompress.errors import NonFiniteError
+
+    count, names = non_finite_weights(model)
+    if count:
+        summary = weights_summary(count, names).removeprefix("its weights hold ")
+        raise NonFiniteError(
+            f"the starting weights of {source or 'the model'} hold {summary}, before any "
+            "training step",
+            hint="train from a model with finite weights (re-import or re-create it)",
+        )
+
+
+def _diverged(value: float, epoch: int, steps: int, source: str | None) -> NoReturn:
+    """The error of a non-finite training loss: training made it ("lower --lr") after some
+    optimizer steps; before the first one the finite starting weights give it on this data."""
+    from uqcompress.errors import NonFiniteError
+
+    if steps == 0:
+        raise NonFiniteError(
+            f"the training loss is {value} on the first batches, before any training step: "
+            f"{source or 'the model'} computes non-finite outputs on this data",
+            hint="check the model on this data: uqc eval MODEL --data D names the example",
+        )
+    raise NonFiniteError(
+        f"training diverged at epoch {epoch + 1}, after {steps} optimizer steps (loss {value})",
+        hint="lower --lr",
+    )
 
 
 def _better(value: float, best: float | None, higher: bool) -> bool:
@@ -743,50 +786,364 @@ def _load_checkpoint(
     scheduler: Any,
     result: TrainResult,
     average: WeightAverage | None = None,
+    *,
+    run: _RunShape | None = None,
 ) -> _LoopState:
-    """Restore what `_save_checkpoint` wrote; the loop state to continue from."""
+    """Restore what `_save_checkpoint` wrote; the loop state to continue from. Every field is
+    checked against the run it claims to continue (`check_checkpoint`) before anything is
+    restored: a checkpoint that does not fit is refused in one line (ConfigError)."""
     import random
 
     import numpy as np
     import torch
 
+    from uqcompress.models.loading import first_line
+
     try:
         state = torch.load(checkpoint.file, map_location="cpu", weights_only=True)
-    except Exception as exc:  # a torn or foreign file
+    except Exception as exc:  # a torn or foreign file; torch's message spans many lines
         raise ConfigError(
-            f"--resume: the checkpoint {checkpoint.file} cannot be read ({exc})",
+            f"--resume: the checkpoint {checkpoint.file} cannot be read ({first_line(exc)})",
             hint=f"delete {checkpoint.directory} and run without --resume",
         ) from exc
-    if state.get("tag") != checkpoint.tag:
+    if not isinstance(state, dict) or state.get("tag") != checkpoint.tag:
         raise ConfigError(
             f"--resume: the checkpoint in {checkpoint.directory} belongs to another run "
             "(its inputs or options differ)",
             hint=f"resume with the options it was started with, or delete {checkpoint.directory}",
         )
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    scheduler.load_state_dict(state["scheduler"])
+    if average is not None and state.get("ema") is None:
+        raise ConfigError(
+            f"--resume: the checkpoint in {checkpoint.directory} has no weight average",
+            hint=f"delete {checkpoint.directory} and run without --resume",
+        )
+    if run is not None:
+        check_checkpoint(state, checkpoint, model, optimizer, scheduler, average, run)
+    try:  # what the checks above cannot foresee: torch's multi-line error as one line
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        if average is not None:
+            average.load_state_dict(state["ema"])
+        torch.set_rng_state(state["rng_torch"])
+        if state["rng_cuda"] and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["rng_cuda"])
+        python = state["rng_python"]
+        random.setstate((python[0], tuple(python[1]), python[2]))
+        name, keys, position, has_gauss, cached = state["rng_numpy"]
+        np.random.set_state((name, keys.numpy(), position, has_gauss, cached))
+        saved = state["result"]
+        result.loss_curve = list(saved["loss_curve"])
+        result.val_curve = list(saved["val_curve"])
+        result.history = list(saved["history"])
+        result.steps = int(saved["steps"])
+        result.best_epoch = saved["best_epoch"]
+        return _LoopState(**state["loop"])
+    except (KeyError, TypeError, ValueError, RuntimeError, IndexError, AttributeError) as exc:
+        raise ConfigError(
+            f"--resume: the checkpoint {checkpoint.file} cannot be restored ({first_line(exc)})",
+            hint=f"delete {checkpoint.directory} and run without --resume",
+        ) from exc
+
+
+@dataclass(frozen=True)
+class _RunShape:
+    """What a checkpoint of this run must fit: its step counts and the loop's shape."""
+
+    total: int  # optimizer steps of the whole run
+    epochs: int
+    micro_per_epoch: int  # batches per epoch
+    updates_per_epoch: int  # optimizer steps per epoch
+    grad_accum: int
+    validating: bool  # validation runs after every epoch (val_curve grows with the epochs)
+    generator: Any = None  # the loader's shuffling generator (its state's size)
+
+
+# Per-parameter optimizer state each optimizer keeps (amsgrad adds max_exp_avg_sq).
+_OPTIMIZER_STATE = {
+    "AdamW": {"step", "exp_avg", "exp_avg_sq"},
+    "Adam": {"step", "exp_avg", "exp_avg_sq"},
+    "SGD": {"momentum_buffer"},
+}
+_TOP_KEYS = (
+    "tag",
+    "model",
+    "optimizer",
+    "scheduler",
+    "ema",
+    "rng_torch",
+    "rng_cuda",
+    "rng_python",
+    "rng_numpy",
+    "loop",
+    "result",
+)
+
+
+def check_checkpoint(
+    state: dict[str, Any],
+    checkpoint: Checkpointing,
+    model: nn.Module,
+    optimizer: Any,
+    scheduler: Any,
+    average: WeightAverage | None,
+    run: _RunShape,
+) -> None:
+    """Refuse (ConfigError, one line) a checkpoint that does not continue this run: every key
+    present; model, optimizer and weight-average tensors of this model's names and shapes,
+    finite; optimizer hyperparameters as this run sets them; the step count within [0, total)
+    and equal to the one the loop position implies; the scheduler at that step; RNG states of
+    the types and sizes torch, numpy and Python use; the curves one entry per finished epoch.
+    """
+    import torch
+
+    def refuse(problem: str) -> NoReturn:
+        raise ConfigError(
+            f"--resume: the checkpoint {checkpoint.file} {problem}; it does not continue this run",
+            hint=f"delete {checkpoint.directory} and run without --resume",
+        )
+
+    missing = [k for k in _TOP_KEYS if k not in state]
+    if missing:
+        refuse(f"has no {', '.join(missing)}")
+    _check_tensors(state["model"], _cpu_shapes(model.state_dict()), "model weights", refuse)
     if average is not None:
-        if state.get("ema") is None:
-            raise ConfigError(
-                f"--resume: the checkpoint in {checkpoint.directory} has no weight average",
-                hint=f"delete {checkpoint.directory} and run without --resume",
+        _check_tensors(state["ema"], _cpu_shapes(average.state_dict()), "weight average", refuse)
+    loop, saved = state["loop"], state["result"]
+    if not isinstance(loop, dict) or set(loop) != set(_LoopState.__dataclass_fields__):
+        refuse("has a malformed loop state")
+    if not isinstance(saved, dict) or set(saved) != {
+        "loss_curve",
+        "val_curve",
+        "history",
+        "steps",
+        "best_epoch",
+    }:
+        refuse("has a malformed result state")
+    epoch, position, steps = loop["epoch"], loop["position"], saved["steps"]
+    for name, value, low, high in (
+        ("loop.epoch", epoch, 0, run.epochs - 1),
+        ("loop.position", position, 0, run.micro_per_epoch),
+        ("result.steps", steps, 0, run.total - 1),
+        ("loop.seen", loop["seen"], 0, run.micro_per_epoch),
+        ("loop.bad_epochs", loop["bad_epochs"], 0, run.epochs),
+    ):
+        if not _is_int(value) or not low <= value <= high:
+            refuse(f"has {name} {value!r}, outside [{low}, {high}] for this run")
+    implied = epoch * run.updates_per_epoch + math.ceil(position / run.grad_accum)
+    if steps != implied:
+        refuse(
+            f"has result.steps {steps}, but epoch {epoch + 1} after {position} batches is step "
+            f"{implied}"
+        )
+    for name in ("running", "seconds"):
+        if not _is_number(loop[name]) or not math.isfinite(loop[name]) or loop[name] < 0:
+            refuse(f"has loop.{name} {loop[name]!r}, not a finite number >= 0")
+    if loop["best_value"] is not None and not (
+        _is_number(loop["best_value"]) and math.isfinite(loop["best_value"])
+    ):
+        refuse(f"has loop.best_value {loop['best_value']!r}, not a finite number")
+    if loop["best_state"] is not None:
+        _check_tensors(loop["best_state"], _cpu_shapes(model.state_dict()), "best epoch", refuse)
+    _check_generator(loop["epoch_generator"], run.generator, refuse)
+    expected = {"loss_curve": epoch, "history": epoch, "val_curve": epoch if run.validating else 0}
+    for name, length in expected.items():
+        if not isinstance(saved[name], list) or len(saved[name]) != length:
+            refuse(f"has a result.{name} that is not one entry per finished epoch ({length})")
+    if not all(_is_number(v) and math.isfinite(v) for v in saved["loss_curve"]):
+        refuse("has a non-finite training loss in result.loss_curve")
+    best = saved["best_epoch"]
+    if best is not None and (not _is_int(best) or not 1 <= best <= epoch):
+        refuse(f"has result.best_epoch {best!r}, outside [1, {epoch}]")
+    _check_optimizer(state["optimizer"], optimizer, steps, refuse)
+    _check_scheduler(state["scheduler"], scheduler, steps, refuse)
+    # the learning rate the next optimizer step uses is the optimizer's, not the scheduler's
+    group_lrs = [g.get("lr") for g in state["optimizer"]["param_groups"]]
+    if group_lrs != state["scheduler"]["_last_lr"]:
+        refuse(
+            f"has optimizer learning rates {group_lrs}, its schedule "
+            f"{state['scheduler']['_last_lr']}"
+        )
+    _check_rng(state, refuse, torch)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _cpu_shapes(tensors: dict[str, Any]) -> dict[str, tuple[int, ...] | None]:
+    """Each entry's shape (None: a module's extra state, which need not be a tensor)."""
+    return {k: tuple(v.shape) if hasattr(v, "shape") else None for k, v in tensors.items()}
+
+
+def _check_tensors(
+    saved: Any,
+    shapes: dict[str, tuple[int, ...] | None],
+    what: str,
+    refuse: Callable[[str], NoReturn],
+) -> None:
+    """Saved tensors under exactly `shapes`' names, of those shapes, floating ones finite."""
+    import torch
+
+    if not isinstance(saved, dict):
+        refuse(f"has no {what} (found {type(saved).__name__})")
+    missing = [k for k in shapes if k not in saved]
+    extra = [k for k in saved if k not in shapes]
+    if missing or extra:
+        names = missing or extra
+        refuse(
+            f"{'lacks' if missing else 'has unknown'} {what} {names[0]!r}"
+            + (f" and {len(names) - 1} more" if len(names) > 1 else "")
+        )
+    for name, shape in shapes.items():
+        value = saved[name]
+        if shape is None:
+            continue
+        if not isinstance(value, torch.Tensor) or tuple(value.shape) != shape:
+            found = list(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+            refuse(f"has {what} {name!r} of shape {found}, this run {list(shape)}")
+        if torch.is_floating_point(value) and not bool(torch.isfinite(value).all()):
+            refuse(f"has non-finite {what} in {name!r}")
+
+
+def _check_generator(saved: Any, generator: Any, refuse: Callable[[str], NoReturn]) -> None:
+    import torch
+
+    if saved is None:
+        return
+    size = generator.get_state().numel() if generator is not None else None
+    if (
+        not isinstance(saved, torch.Tensor)
+        or saved.dtype != torch.uint8
+        or (size is not None and saved.numel() != size)
+    ):
+        refuse("has a shuffling-generator state that is not a torch generator's")
+
+
+def _check_optimizer(
+    saved: Any, optimizer: Any, steps: int, refuse: Callable[[str], NoReturn]
+) -> None:
+    """The groups, hyperparameters and per-parameter state of this run's optimizer."""
+    import torch
+
+    fresh = optimizer.state_dict()
+    if not isinstance(saved, dict) or set(saved) != {"state", "param_groups"}:
+        refuse("has no optimizer state")
+    groups = saved["param_groups"]
+    if not isinstance(groups, list) or len(groups) != len(fresh["param_groups"]):
+        refuse(f"has optimizer groups that are not this run's {len(fresh['param_groups'])}")
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    for index, (got, want) in enumerate(zip(groups, fresh["param_groups"], strict=True)):
+        if not isinstance(got, dict) or got.get("params") != want["params"]:
+            refuse(f"has optimizer group {index} over other parameters")
+        for key, value in want.items():
+            if key not in ("params", "lr") and got.get(key) != value:
+                refuse(f"has optimizer {key} {got.get(key)!r} in group {index}, this run {value!r}")
+    inner = getattr(optimizer, "optimizer", optimizer)  # accelerate's wrapper
+    keys = _OPTIMIZER_STATE.get(type(inner).__name__)
+    if keys is not None and any(g.get("amsgrad") for g in fresh["param_groups"]):
+        keys = keys | {"max_exp_avg_sq"}
+    per_param = saved["state"]
+    if not isinstance(per_param, dict) or (steps > 0 and keys and not per_param):
+        refuse(f"has no optimizer state for its {steps} steps")
+    for index, entry in per_param.items():
+        if not _is_int(index) or not 0 <= index < len(params) or not isinstance(entry, dict):
+            refuse(f"has optimizer state for parameter {index!r}, which this run does not have")
+        if keys is not None and set(entry) != keys:
+            refuse(
+                f"has optimizer state {sorted(entry)} for parameter {index}, this optimizer "
+                f"keeps {sorted(keys)}"
             )
-        average.load_state_dict(state["ema"])
-    torch.set_rng_state(state["rng_torch"])
-    if state["rng_cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["rng_cuda"])
+        shape = tuple(params[index].shape)
+        for key, value in entry.items():
+            if not isinstance(value, torch.Tensor):
+                refuse(f"has optimizer {key} of parameter {index} that is not a tensor")
+            if key == "step":
+                if value.numel() != 1 or not 0 <= float(value) <= steps:
+                    refuse(
+                        f"has optimizer step {value.tolist()} for parameter {index}, "
+                        f"outside [0, {steps}]"
+                    )
+            elif tuple(value.shape) != shape:
+                refuse(
+                    f"has optimizer {key} of shape {list(value.shape)} for parameter {index}, "
+                    f"this run {list(shape)}"
+                )
+            elif not bool(torch.isfinite(value).all()):
+                refuse(f"has non-finite optimizer {key} for parameter {index}")
+
+
+def _check_scheduler(
+    saved: Any, scheduler: Any, steps: int, refuse: Callable[[str], NoReturn]
+) -> None:
+    """This run's schedule, at the checkpoint's step."""
+    inner = getattr(scheduler, "scheduler", scheduler)  # accelerate's wrapper
+    if not isinstance(saved, dict):
+        refuse("has no scheduler state")
+    if saved.get("last_epoch") != steps or saved.get("_step_count") != steps + 1:
+        refuse(
+            f"has scheduler last_epoch {saved.get('last_epoch')!r}, but it is at step {steps} "
+            f"(last_epoch {steps})"
+        )
+    if saved.get("base_lrs") != list(inner.base_lrs):
+        refuse(f"has scheduler base_lrs {saved.get('base_lrs')!r}, this run {inner.base_lrs}")
+    lrs = [base * lam(steps) for base, lam in zip(inner.base_lrs, inner.lr_lambdas, strict=True)]
+    last = saved.get("_last_lr")
+    if (
+        not isinstance(last, list)
+        or len(last) != len(lrs)
+        or not all(
+            _is_number(a) and math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-15)
+            for a, b in zip(last, lrs, strict=True)
+        )
+    ):
+        refuse(f"has learning rates {last!r}, this run's schedule gives {lrs} at step {steps}")
+
+
+def _check_rng(state: dict[str, Any], refuse: Callable[[str], NoReturn], torch: Any) -> None:
+    """RNG states of the types and sizes torch, CUDA, Python and numpy use."""
+    cpu = state["rng_torch"]
+    if (
+        not isinstance(cpu, torch.Tensor)
+        or cpu.dtype != torch.uint8
+        or cpu.numel() != torch.get_rng_state().numel()
+    ):
+        refuse("has an rng_torch that is not torch's CPU generator state")
+    cuda = state["rng_cuda"]
+    if not isinstance(cuda, list) or not all(
+        isinstance(t, torch.Tensor) and t.dtype == torch.uint8 for t in cuda
+    ):
+        refuse("has an rng_cuda that is not a list of CUDA generator states")
     python = state["rng_python"]
-    random.setstate((python[0], tuple(python[1]), python[2]))
-    name, keys, position, has_gauss, cached = state["rng_numpy"]
-    np.random.set_state((name, keys.numpy(), position, has_gauss, cached))
-    saved = state["result"]
-    result.loss_curve = list(saved["loss_curve"])
-    result.val_curve = list(saved["val_curve"])
-    result.history = list(saved["history"])
-    result.steps = int(saved["steps"])
-    result.best_epoch = saved["best_epoch"]
-    return _LoopState(**state["loop"])
+    if not (
+        isinstance(python, tuple | list)
+        and len(python) == 3
+        and python[0] == 3
+        and isinstance(python[1], tuple | list)
+        and len(python[1]) == 625
+        and all(_is_int(v) and 0 <= v < 2**32 for v in python[1][:624])
+        and _is_int(python[1][624])
+        and 0 <= python[1][624] <= 624
+        and (python[2] is None or _is_number(python[2]))
+    ):
+        refuse("has an rng_python that is not Python's random state (version 3, 625 words)")
+    numpy = state["rng_numpy"]
+    if not (
+        isinstance(numpy, tuple | list)
+        and len(numpy) == 5
+        and numpy[0] == "MT19937"
+        and isinstance(numpy[1], torch.Tensor)
+        and numpy[1].numel() == 624
+        and _is_int(numpy[2])
+        and 0 <= numpy[2] <= 624
+        and numpy[3] in (0, 1)
+        and _is_number(numpy[4])
+    ):
+        refuse("has an rng_numpy that is not numpy's MT19937 state (624 words)")
 
 
 @dataclass
@@ -900,6 +1257,7 @@ def fine_tune(
         validate=validate,
         description=f"{description} {loaded.family.name}",
         checkpoint=checkpoint,
+        source=source,
     )
     loaded.model.to("cpu")
     return FineTuned(loaded=loaded, result=result, notes=notes, warnings=warnings)

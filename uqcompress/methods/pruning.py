@@ -35,7 +35,7 @@ def heads_to_remove(ratio: float, num_layers: int, num_heads: int, scope: str) -
     return round(ratio * num_layers * num_heads)
 
 
-def check_scores_fit(scores: torch.Tensor, heads: list[int]) -> None:
+def check_scores_fit(scores: torch.Tensor, heads: list[int], what: str = "the scores") -> None:
     """Refuse scores that do not describe this model's heads: `[..., L, max H_l]`, NaN exactly
     in the absent slots `h >= H_l`, finite everywhere else.
 
@@ -48,17 +48,54 @@ def check_scores_fit(scores: torch.Tensor, heads: list[int]) -> None:
             f"{heads} heads",
             hint="score this model first: uqc score MODEL --data D",
         )
-    absent = torch.arange(width)[None, :] >= torch.tensor(heads, dtype=torch.long)[:, None]
+    absent = _absent(heads, width)
     nan = torch.isnan(scores)
-    if bool((nan != absent).any()):
+    present_nan = nan & ~absent
+    # Scores of a model pruned otherwise: values where this model has no head, or fewer heads
+    # per layer (each layer's NaN slots a suffix of its row, no layer without a head).
+    other_heads = bool((absent & ~nan).any()) or (
+        bool(present_nan.any()) and _nan_suffixes(scores) and not bool(nan.all(dim=-1).any())
+    )
+    if other_heads:
         raise IncompatibleInputError(
             f"the scores' missing (NaN) heads do not match the model's {heads} heads per layer",
             hint="score this model first: uqc score MODEL --data D",
         )
-    if bool(torch.isinf(scores).any()):
-        raise IncompatibleInputError(
-            "the scores hold infinite values", hint="re-score the model: uqc score MODEL --data D"
-        )
+    check_finite_scores(scores, heads, what)
+
+
+def _absent(heads: list[int], width: int) -> torch.Tensor:
+    """The slots `h >= H_l` of each layer. Shape: -> `[L, width]` bool."""
+    return torch.arange(width)[None, :] >= torch.tensor(heads, dtype=torch.long)[:, None]
+
+
+def _nan_suffixes(scores: torch.Tensor) -> bool:
+    """Every row's NaN slots are at its end (the absent heads of a pruned layer)."""
+    nan = torch.isnan(scores)
+    # a NaN followed by a number somewhere in a row: not a suffix
+    return not bool((nan[..., :-1] & ~nan[..., 1:]).any())
+
+
+def check_finite_scores(scores: torch.Tensor, heads: list[int], what: str, note: str = "") -> None:
+    """NonFiniteError if a head the model has (slot `h < H_l`) scores NaN or infinity: a
+    model whose outputs are not finite gives scores that rank nothing.
+
+    Shape: scores `[L, max H_l]` or `[M, L, max H_l]`; heads: the count per layer.
+    """
+    from uqcompress.errors import NonFiniteError
+
+    present = ~_absent(heads, scores.shape[-1]).expand_as(scores)
+    bad = present & ~torch.isfinite(scores)
+    if not bool(bad.any()):
+        return
+    first = [int(i) for i in bad.nonzero()[0]]
+    layer, head = first[-2], first[-1]
+    raise NonFiniteError(
+        f"{what} are NaN or infinite for {int(bad.sum())} of {int(present.sum())} heads "
+        f"(the first: layer {layer} head {head})" + (f"; {note}" if note else ""),
+        hint="scores of a model with non-finite outputs rank nothing: check it with uqc eval "
+        "MODEL --data D, fix it, then score it again",
+    )
 
 
 def _present(scores: torch.Tensor) -> list[int]:

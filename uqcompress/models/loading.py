@@ -199,9 +199,23 @@ class LoadedModel:
         return kind_of(self.config).members(self.config)
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# torch.load(weights_only=True) opens with paragraphs of advice; the reason follows this.
+_UNPICKLER = "WeightsUnpickler error:"
+
+
 def first_line(exc: BaseException) -> str:
-    """The first meaningful line of a library exception, for a one-line message."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    """The first meaningful line of a library exception, for a one-line message (terminal
+    colour codes dropped; for torch's weights-only load error, its reason, not its advice)."""
+    text = _ANSI.sub("", str(exc))
+    if _UNPICKLER in text:
+        reason = text.split(_UNPICKLER, 1)[1].strip()
+        lines = [line.strip() for line in reason.splitlines() if line.strip()]
+        if lines:
+            # its first sentence: "Unsupported global: GLOBAL x.Y was not an allowed global
+            # by default", "Unsupported operand 103"
+            return "torch refused to unpickle it: " + lines[0].split(". ")[0].rstrip(".")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
     if not lines:
         return type(exc).__name__
     if lines[0].endswith(":") and len(lines) > 1:

@@ -123,10 +123,11 @@ def _calibrate_into(model_path: Path, data: Any, cfg: CalibrateConfig, writer: A
             f"--abstain-score mi needs an ensemble; {model_path} has one member",
             hint="use --abstain-score msp or entropy",
         )
-    stderr.print(f"[dim]calibrating on {len(label_ids)} examples of {data.spec}...[/dim]")
     previous = source.calibration
     source.calibration = None  # refitting starts from the model's own (uncalibrated) logits
-    outputs = source.predict(data, cfg.batch_size, cfg.max_length)
+    outputs = source.predict(data, cfg.batch_size, cfg.max_length)  # NonFiniteError if NaN
+    # After the forward pass: a model that cannot be calibrated gets its error line alone.
+    stderr.print(f"[dim]calibrating on {len(label_ids)} examples of {data.spec}...[/dim]")
     raw_logits = outputs.member_logits.astype(np.float64)
     if previous is not None:
         writer.warn(

@@ -86,12 +86,27 @@ def run(
         from uqcompress.models.loading import load_model
 
         loaded = load_model(source)
+        _refuse_non_finite(loaded, source.path)
         if cfg.format == "safetensors":
             _write_safetensors(loaded, writer)
         else:
             _write_onnx(loaded, source.ref.id, source.ref.kind, data, cfg, writer)
 
     return build_or_reuse(plan, out, force, build)
+
+
+def _refuse_non_finite(loaded: Any, path: Path) -> None:
+    """NonFiniteError for NaN or infinite weights, before anything is exported (the parity
+    gate would blame the export: "ONNX output disagrees with PyTorch")."""
+    from uqcompress.engine.finite import non_finite_weights, weights_summary
+    from uqcompress.errors import NonFiniteError
+
+    count, names = non_finite_weights(loaded.model)
+    if count:
+        raise NonFiniteError(
+            f"{path} cannot be exported: {weights_summary(count, names)}",
+            hint="export a model with finite weights (retrain or re-import it)",
+        )
 
 
 def _write_safetensors(loaded: Any, writer: ArtifactWriter) -> None:

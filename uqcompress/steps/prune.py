@@ -154,7 +154,7 @@ def run(
                 hint=f"pass --members {score.shape[0]} to prune one member per set",
             )
         # [L, max H_l]; a model pruned before scoring has NaN where a layer has no head
-        check_scores_fit(score, heads)
+        check_scores_fit(score, heads, f"the scores in {scores.path}")
         groups = head_groups(loaded)
         if circuit:
             keep = [list(map(int, k)) for k in summary["kept_heads"]]
@@ -305,7 +305,7 @@ def _run_members(
         if (dropped := calibration_dropped(base, source.path)) is not None:
             writer.warn(dropped)
         heads = heads_per_layer(base)
-        check_scores_fit(score, heads)
+        check_scores_fit(score, heads, f"the scores in {scores.path}")
         if len(set(heads)) != 1:
             raise ConfigError(
                 f"--members keeps the same number of heads in every layer of each member; "

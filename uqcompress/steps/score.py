@@ -200,6 +200,7 @@ def run(
             if "kept_heads" in extra:
                 extra["kept_heads"] = [e["kept_heads"] for _, e in runs]
         seconds = time.perf_counter() - start
+        _check_finite(tensors, heads, loaded, source.path, cfg.method)
         save_file(
             {k: v.contiguous().float().cpu() for k, v in tensors.items()},
             str(writer.dir / SCORES_FILE),
@@ -226,6 +227,24 @@ def run(
         )
 
     return build_or_reuse(plan, out, force, build)
+
+
+def _check_finite(
+    tensors: dict[str, Any], heads: list[int], loaded: Any, path: Path, method: str
+) -> None:
+    """NonFiniteError before anything is written if a head the model has scores NaN or
+    infinity (a model with NaN outputs): prune would rank nothing."""
+    from uqcompress.engine.finite import non_finite_weights, weights_summary
+    from uqcompress.methods.pruning import check_finite_scores
+
+    count, names = non_finite_weights(loaded.model)
+    for name, values in tensors.items():
+        check_finite_scores(
+            values.float().cpu(),
+            heads,
+            f"the {method} scores ({name}) of {path}",
+            weights_summary(count, names) if count else "",
+        )
 
 
 def _calibration_batches(

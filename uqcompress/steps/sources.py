@@ -65,17 +65,36 @@ class PredictionSource(ABC):
     calibration: Calibration | None = None  # uqc calibrate: temperature, abstention rule
     workers: int = 0  # data-loader worker processes that read and preprocess (--workers)
 
-    @abstractmethod
     def predict(self, data: LabeledData, batch_size: int, max_length: int | None) -> MemberOutputs:
-        """Run every example once."""
+        """Run every example once. Non-finite outputs raise NonFiniteError (`check_finite`):
+        every command that reads a source goes through here or `stream`."""
+        return check_finite(self._predict(data, batch_size, max_length), self)
 
     def stream(
         self, data: LabeledData, batch_size: int, max_length: int | None
     ) -> Iterator[MemberOutputs]:
         """The outputs batch by batch (the batches `predict` would run): only one batch of
-        encoded inputs and outputs is held at a time."""
+        encoded inputs and outputs is held at a time. Checked as `predict` is."""
+        seen = 0
+        for batch in self._stream(data, batch_size, max_length):
+            yield check_finite(batch, self, seen)
+            seen += len(batch.probs)
+
+    @abstractmethod
+    def _predict(self, data: LabeledData, batch_size: int, max_length: int | None) -> MemberOutputs:
+        """Run every example once (unchecked)."""
+
+    def _stream(
+        self, data: LabeledData, batch_size: int, max_length: int | None
+    ) -> Iterator[MemberOutputs]:
+        """`stream`, unchecked: slice by slice through `_predict`."""
         for start in range(0, len(data), batch_size):
-            yield self.predict(take(data, start, start + batch_size), batch_size, max_length)
+            yield self._predict(take(data, start, start + batch_size), batch_size, max_length)
+
+    def non_finite_weights(self) -> tuple[int, list[str]] | None:
+        """For a non-finite output's message: `non_finite_weights` of the model (None: not
+        inspected, as for an ONNX graph)."""
+        return None
 
 
 class TorchSource(PredictionSource):
@@ -102,7 +121,12 @@ class TorchSource(PredictionSource):
         self.parameters = self.loaded.num_parameters()
         self.calibration = self.loaded.calibration
 
-    def predict(self, data: LabeledData, batch_size: int, max_length: int | None) -> MemberOutputs:
+    def non_finite_weights(self) -> tuple[int, list[str]] | None:
+        from uqcompress.engine.finite import non_finite_weights
+
+        return non_finite_weights(self.loaded.model)
+
+    def _predict(self, data: LabeledData, batch_size: int, max_length: int | None) -> MemberOutputs:
         from uqcompress.data.encoding import encode
         from uqcompress.engine.inference import predict_logits
         from uqcompress.uq.functional import as_deployed
@@ -130,7 +154,7 @@ class TorchSource(PredictionSource):
             truncated=encoded.truncated,
         )
 
-    def stream(
+    def _stream(
         self, data: LabeledData, batch_size: int, max_length: int | None
     ) -> Iterator[MemberOutputs]:
         """Images: the outputs batch by batch from one loader over the whole set (pixels are
@@ -138,7 +162,7 @@ class TorchSource(PredictionSource):
         count comes with the first batch. Text: slice by slice, as `predict` runs them (so
         the token ids of the whole set are never held at once)."""
         if data.input_kind != "image":
-            yield from super().stream(data, batch_size, max_length)
+            yield from super()._stream(data, batch_size, max_length)
             return
         from uqcompress.data.encoding import encode
         from uqcompress.engine.inference import iter_logits
@@ -190,7 +214,7 @@ class OnnxSource(PredictionSource):
         self.parameters = int(artifact.manifest.summary.get("parameters", 0))
         self.calibration = self.predictor.calibration
 
-    def predict(self, data: LabeledData, batch_size: int, max_length: int | None) -> MemberOutputs:
+    def _predict(self, data: LabeledData, batch_size: int, max_length: int | None) -> MemberOutputs:
         from uqcompress.errors import DataError
 
         if data.input_kind != self.input_kind:
@@ -208,13 +232,13 @@ class OnnxSource(PredictionSource):
             result = self.predictor.predict_batches(batches)
         return _from_prediction(result, time.perf_counter() - start)
 
-    def stream(
+    def _stream(
         self, data: LabeledData, batch_size: int, max_length: int | None
     ) -> Iterator[MemberOutputs]:
         """Images: one loader over the whole set (its `--workers` processes start once);
         text: slice by slice, as `predict` runs them."""
         if data.input_kind != "image" or data.input_kind != self.input_kind:
-            yield from super().stream(data, batch_size, max_length)
+            yield from super()._stream(data, batch_size, max_length)
             return
         batches = onnx_pixel_batches(self.predictor, data, batch_size, self.workers)
         while True:
@@ -224,6 +248,49 @@ class OnnxSource(PredictionSource):
                 return
             result = self.predictor.run(batch)
             yield _from_prediction(result, time.perf_counter() - start)
+
+
+def check_finite(
+    outputs: MemberOutputs, source: PredictionSource, first: int | None = None
+) -> MemberOutputs:
+    """The outputs, if every member logit, probability, entropy and mutual information is
+        finite; else NonFiniteError naming the source, the examples and (torch) the weights that
+        are not finite. `first`: the index of a streamed batch's first example in the data (None:
+    the outputs of the whole data).
+
+        Shape: as MemberOutputs (rows `N` first in every array).
+    """
+    from uqcompress.engine.finite import weights_summary
+    from uqcompress.errors import NonFiniteError
+
+    arrays = (outputs.member_logits, outputs.probs, outputs.entropy, outputs.mutual_info)
+    rows = len(outputs.probs)
+    bad = np.zeros(rows, dtype=bool)
+    for values in arrays:
+        bad |= ~np.isfinite(values.reshape(rows, -1)).all(axis=1)
+    if not bad.any():
+        return outputs
+    where = np.flatnonzero(bad)
+    count = int(where.size)
+    weights = source.non_finite_weights()
+    more = ""
+    if count > 1:
+        more = f" and {count - 1} more of " + (
+            f"the {rows}" if first is None else f"its batch of {rows}"
+        )
+    message = (
+        f"{source.path} computes NaN or infinite outputs for example "
+        f"{(first or 0) + int(where[0])}{more}"
+    )
+    if weights is None:  # an ONNX graph: its initialisers are not inspected here
+        hint = "re-export it from a model whose outputs are finite"
+    elif weights[0]:
+        message += f"; {weights_summary(*weights)}"
+        hint = "retrain or re-import the model from finite weights"
+    else:
+        message += "; its weights are all finite (an input overflows it)"
+        hint = "check that example's input, or train the model with a lower --lr"
+    raise NonFiniteError(message, hint=hint)
 
 
 def _from_prediction(result: Any, seconds: float) -> MemberOutputs:
@@ -294,7 +361,8 @@ class MembersSource(PredictionSource):
         self.members = count
         self.parameters = sum(p.parameters for p in self.parts)
 
-    def predict(self, data: LabeledData, batch_size: int, max_length: int | None) -> MemberOutputs:
+    def _predict(self, data: LabeledData, batch_size: int, max_length: int | None) -> MemberOutputs:
+        # each member checked on its own (`predict`): the message names the member
         return combine([p.predict(data, batch_size, max_length) for p in self.parts])
 
 

@@ -1,0 +1,28 @@
+"""Which weights of a torch model are NaN or infinite, in words for a one-line error (issue
+26: non-finite outputs, scores and starting weights are refused naming them)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def non_finite_weights(model: Any) -> tuple[int, list[str]]:
+    """How many parameter and buffer values of a torch model are NaN or infinite, and the
+    names of the tensors that hold them (in the model's order)."""
+    import torch
+
+    count, names = 0, []
+    for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
+        if not torch.is_floating_point(tensor):
+            continue
+        bad = int((~torch.isfinite(tensor.detach())).sum())
+        if bad:
+            count += bad
+            names.append(name)
+    return count, names
+
+
+def weights_summary(count: int, names: list[str]) -> str:
+    """`non_finite_weights` in words: "its weights hold 3 non-finite values (in a.weight)"."""
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more tensors" if len(names) > 3 else "")
+    return f"its weights hold {count} non-finite value{'s' if count != 1 else ''} (in {shown})"
