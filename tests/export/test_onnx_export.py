@@ -321,3 +321,38 @@ def test_identical_export_is_reused(
     assert other.code == 1
     assert "already holds" in other.err
     assert (bert_onnx / "manifest.json").read_bytes() == manifest_before
+
+
+def _preprocessing(onnx_dir: Path) -> dict[str, Any]:
+    model = onnx.load(str(onnx_dir / "model.onnx"), load_external_data=False)
+    return dict(json.loads(_meta(model)["uqc.preprocessing"]))
+
+
+def test_export_keeps_the_training_length_and_max_length_overrides_it(
+    cli: Callable[..., Any],
+    tiny_bert_artifact: Path,
+    sentiment_csv: dict[str, Path],
+    tmp_path: Path,
+) -> None:
+    """issue 26 item 13: a model fine-tuned at --max-length 32 is exported at 32 (not the
+    position table's 512); `export --max-length N` overrides it, bounded by the table."""
+    from tests.conftest import ok
+
+    tuned = ok(
+        cli(
+            "finetune", tiny_bert_artifact, "--data", sentiment_csv["train"], "--epochs", "1",
+            "--max-length", "32", "--out", tmp_path / "ft",
+        )
+    )  # fmt: skip
+    config = json.loads((Path(tuned) / "config.json").read_text())
+    assert config["uqc_max_length"] == 32
+    onnx_dir = Path(ok(cli("export", tuned, "--out", tmp_path / "onnx")))
+    assert _preprocessing(onnx_dir)["max_length"] == 32
+    assert open_artifact(onnx_dir).manifest.summary["max_length"] == 32
+    wider = Path(ok(cli("export", tuned, "--max-length", "48", "--out", tmp_path / "onnx48")))
+    assert _preprocessing(wider)["max_length"] == 48
+    limit = int(json.loads((Path(tuned) / "config.json").read_text())["max_position_embeddings"])
+    too_long = cli("export", tuned, "--max-length", str(limit + 1), "--out", tmp_path / "x")
+    assert too_long.code == 1 and too_long.out == ""
+    assert f"outside 3..{limit}" in too_long.err and len(too_long.err.strip().splitlines()) == 1
+    assert not (tmp_path / "x").exists()

@@ -48,6 +48,15 @@ def export(
             "FLOPs per member) instead of the factorised form (U, V once; small file).",
         ),
     ] = False,
+    max_length: Annotated[
+        int | None,
+        typer.Option(
+            "--max-length",
+            help="Text: the token length the exported model truncates to. Default: the "
+            "length it was fine-tuned at (else its position table); at most the position table.",
+            show_default=False,
+        ),
+    ] = None,
     text_column: TextColumn = "text",
     label_column: LabelColumn = "label",
     text_pair_column: TextPairColumn = None,
@@ -67,6 +76,7 @@ def export(
         "atol": atol,
         "opset": opset,
         "materialize": materialize,
+        "max_length": max_length,
         "text_column": text_column,
         "label_column": label_column,
         "text_pair_column": text_pair_column,

@@ -150,6 +150,26 @@ def record_text_input(config: Any, data: LabeledData) -> str | None:
     return None
 
 
+# The model config key where training records the token length it truncated to: what an
+# export uses by default, so the deployed model reads what it was trained on.
+MAX_LENGTH_KEY = "uqc_max_length"
+
+
+def recorded_max_length(config: Any) -> int | None:
+    """The token length a model was trained at (None: not recorded, e.g. an imported
+    checkpoint or a model trained before uqc recorded it)."""
+    value = getattr(config, MAX_LENGTH_KEY, None)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def record_max_length(config: Any, loaded: LoadedModel, max_length: int | None) -> None:
+    """Record in a model config (before it is saved) the token length its training data were
+    truncated to: `max_length`, or the model's limit when it was not given. Text only."""
+    if loaded.input_kind != "text":
+        return
+    setattr(config, MAX_LENGTH_KEY, int(max_length or loaded.max_length or 512))
+
+
 def check_text_input(data: LabeledData, config: Any) -> None:
     """Data read as single texts for a model trained on pairs (or the reverse) fail in one
     line naming the columns to pass."""

@@ -1183,7 +1183,12 @@ def fine_tune(
     know. `source` names the model in warnings. Validation reports accuracy, NLL, ECE and the
     training loss (mean member cross-entropy) after every epoch (`validation_metrics`).
     """
-    from uqcompress.data.encoding import encode, make_loader, record_text_input
+    from uqcompress.data.encoding import (
+        encode,
+        make_loader,
+        record_max_length,
+        record_text_input,
+    )
     from uqcompress.data.labels import map_labels
     from uqcompress.engine.inference import predict_logits
     from uqcompress.models.loading import has_default_labels
@@ -1234,6 +1239,8 @@ def fine_tune(
     )
     configs = {id(loaded.config): loaded.config, id(loaded.model.config): loaded.model.config}
     changed = [record_text_input(config, train_data) for config in configs.values()]
+    for config in configs.values():  # what `uqc export` deploys by default
+        record_max_length(config, loaded, max_length)
     if changed[0] is not None:
         warnings.append(changed[0])
     if encoded.truncated:

@@ -154,8 +154,14 @@ def write_metadata(path: Path, metadata: dict[str, str]) -> None:
 
 
 def metadata_for(
-    loaded: LoadedModel, source_id: str, source_kind: str, members: int = 1
+    loaded: LoadedModel,
+    source_id: str,
+    source_kind: str,
+    members: int = 1,
+    max_length: int | None = None,
 ) -> dict[str, str]:
+    """The graph's metadata_props; `max_length` (text): the length the Predictor truncates
+    to (default: the model's position table)."""
     from uqcompress.data.encoding import recorded_text_input, uses_token_types
     from uqcompress.uq.noise import NOISE_SCHEME
 
@@ -164,7 +170,7 @@ def metadata_for(
         preprocessing: dict[str, Any] = {
             "type": "text",
             "tokenizer": contract.TOKENIZER_FILE,
-            "max_length": loaded.max_length or 512,
+            "max_length": max_length or loaded.max_length or 512,
             "pad_token_id": int(loaded.tokenizer.pad_token_id or 0),
             # a pair's second text has token type 1 (BERT, ELECTRA); else all types are 0
             "token_types": uses_token_types(loaded),
@@ -272,7 +278,12 @@ def synthetic_batch(loaded: LoadedModel, count: int = 6) -> dict[str, Any]:
 
 
 def check_parity(
-    graph: Any, loaded: LoadedModel, predictor: Any, data: LabeledData, atol: float
+    graph: Any,
+    loaded: LoadedModel,
+    predictor: Any,
+    data: LabeledData,
+    atol: float,
+    max_length: int | None = None,
 ) -> ParityReport:
     """Run both paths on up to PARITY_EXAMPLES raw examples in batches of PARITY_BATCH.
 
@@ -289,7 +300,8 @@ def check_parity(
     pairs = head.text_pairs is not None if head.input_kind == "text" else None
     subset = _concat(head, synthetic_examples(loaded, pairs=pairs))
     n = len(subset)
-    encoded = encode(subset, loaded, np.zeros(n, dtype=np.int64))
+    # the torch side truncates as the Predictor does (the metadata's max_length)
+    encoded = encode(subset, loaded, np.zeros(n, dtype=np.int64), max_length)
     raw = None
     if subset.input_kind == "image":
         raw = encode_images(subset, loaded.preprocessing, encoded.labels, normalise=False)

@@ -128,7 +128,12 @@ def distill(
 ) -> Distilled:
     """Distil `teacher` (left frozen, on the CPU afterwards) into a new student; the student
     comes back on the CPU. `warn` receives what the run's record should say."""
-    from uqcompress.data.encoding import encode, make_loader, record_text_input
+    from uqcompress.data.encoding import (
+        encode,
+        make_loader,
+        record_max_length,
+        record_text_input,
+    )
     from uqcompress.data.labels import map_labels
     from uqcompress.engine.inference import predict_logits
     from uqcompress.engine.train import train, validation_metrics
@@ -148,6 +153,7 @@ def distill(
         workers=train_cfg.workers,
     )
     record_text_input(config, train_data)  # the teacher's, checked above: no change
+    record_max_length(config, teacher, max_length)
     loader = make_loader(encoded, train_cfg.batch_size, shuffle=True, seed=seed)
     family = teacher.family.name
     frozen_teacher: nn.Module = teacher.model

@@ -83,7 +83,26 @@ def build_or_reuse(
     # installs the artifact.
     with ArtifactWriter(dest, plan, force=force, discard=not is_main_process()) as writer:
         build(writer)
+    show_warnings(writer.warnings)
     return StepResult(artifact=writer.artifact, reused=False)
+
+
+def show_warnings(warnings: list[str]) -> None:
+    """A built artifact's warnings on stderr, once: when the step that caused them ran (a
+    reused artifact's were shown when it was built; `uqc inspect` lists them again). Only
+    the process that writes the artifact shows them; user text is printed as it is (no
+    markup, no emoji codes)."""
+    from rich.markup import escape
+
+    if not is_main_process():
+        return
+    for message in warnings:
+        stderr.print(
+            f"[yellow]warning:[/yellow] {escape(message)}",
+            soft_wrap=True,
+            highlight=False,
+            emoji=False,
+        )
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,9 @@ class ExportConfig:
     label_column: str = fields.runtime("label")
     text_pair_column: str | None = fields.runtime(None)
     materialize: bool = False  # SVE only: dense per-member weights in the graph
+    # text: the token length the Predictor truncates to (None: the length the model was
+    # trained at, else its position table); bounded by the position table at export
+    max_length: int | None = fields.added(None)
     device: str = fields.device("cpu")
     threads: int | None = fields.threads()
 
@@ -37,6 +40,17 @@ class ExportConfig:
         if self.format not in FORMATS:
             problems.add(
                 f"unknown --format {self.format!r}", hint=f"use one of: {', '.join(FORMATS)}"
+            )
+        if self.max_length is not None and self.format != "onnx":
+            problems.add(
+                "--max-length applies to ONNX exports (a safetensors export keeps the model "
+                "config)",
+                hint="drop --max-length",
+            )
+        elif self.max_length is not None and self.max_length < 3:
+            problems.add(
+                f"--max-length {self.max_length} must be at least 3",
+                hint="pass --max-length 3 or more, or leave it out (the training length)",
             )
         if not 0 < self.atol < 1:
             problems.add(f"--atol {self.atol} must be in (0, 1)", hint="pass --atol 1e-4")
@@ -70,6 +84,9 @@ def run(
     # The graph computes the uncertainty outputs and the Predictor draws DIRECTOR noise by
     # these definitions: a change to either changes what the export returns, so its id.
     id_config = fields.id_config(cfg, config) | numerics_tags()
+    trained = _trained_length(source.path)
+    if trained is not None:  # the default --max-length: the export reads what was trained
+        id_config["trained_max_length"] = trained
     if cfg.format == "safetensors":  # parity options do not apply
         id_config = {"format": "safetensors"}
     plan = OutputPlan(
@@ -107,6 +124,46 @@ def _refuse_non_finite(loaded: Any, path: Path) -> None:
             f"{path} cannot be exported: {weights_summary(count, names)}",
             hint="export a model with finite weights (retrain or re-import it)",
         )
+
+
+def _trained_length(model_dir: Path) -> int | None:
+    """The training length a model's config.json records (`uqc_max_length`), read before the
+    model loads so that it is part of the export's id."""
+    import json
+
+    from uqcompress.data.encoding import MAX_LENGTH_KEY
+
+    try:
+        config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # loading the model reports it
+    value = config.get(MAX_LENGTH_KEY) if isinstance(config, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def export_length(loaded: Any, requested: int | None) -> int | None:
+    """The token length a text export truncates to: `--max-length`, else the length the model
+    was trained at, else its position table; never above the position table. None for
+    images (where `--max-length` is refused)."""
+    from uqcompress.data.encoding import recorded_max_length
+
+    limit = loaded.max_length or 512
+    if loaded.input_kind != "text":
+        if requested is not None:
+            raise ConfigError(
+                f"--max-length applies to text models; {loaded.family.name} reads images",
+                hint="drop --max-length",
+            )
+        return None
+    if requested is not None:
+        if not 2 < requested <= limit:
+            raise ConfigError(
+                f"--max-length {requested} is outside 3..{limit} (the model's position table)",
+                hint=f"pass --max-length between 3 and {limit}, or leave it out",
+            )
+        return requested
+    trained = recorded_max_length(loaded.config)
+    return min(trained, limit) if trained is not None else limit
 
 
 def _write_safetensors(loaded: Any, writer: ArtifactWriter) -> None:
@@ -165,6 +222,7 @@ def _write_onnx(
     from uqcompress.models.kinds import SVE
     from uqcompress.runtime.console import stderr
 
+    length = export_length(loaded, cfg.max_length)  # refused before the (slow) export
     temperature = loaded.calibration.temperature if loaded.calibration is not None else 1.0
     # the reference of the parity gate (a calibrated model's temperature included)
     graph = graph_for(loaded.model, loaded.input_kind, temperature)
@@ -185,12 +243,15 @@ def _write_onnx(
     stderr.print(f"[dim]exporting {loaded.family.name} to ONNX (opset {cfg.opset})...[/dim]")
     if export_graph(exported, loaded, onnx_path, cfg.opset):
         writer.summary["external_data"] = f"{onnx_path.name}.data"
-    write_metadata(onnx_path, metadata_for(loaded, source_id, source_kind, loaded.members))
+    write_metadata(
+        onnx_path,
+        metadata_for(loaded, source_id, source_kind, loaded.members, max_length=length),
+    )
     if loaded.input_kind == "text":
         loaded.tokenizer.backend_tokenizer.save(str(writer.dir / contract.TOKENIZER_FILE))
     predictor = Predictor(writer.dir, device=cfg.device, threads=cfg.threads)
     examples = data if data is not None else synthetic_examples(loaded)
-    report = check_parity(graph, loaded, predictor, examples, cfg.atol)
+    report = check_parity(graph, loaded, predictor, examples, cfg.atol, max_length=length)
     if not report.passed:
         raise ParityError(
             f"ONNX output disagrees with PyTorch: {report.describe()}; no artifact written",
@@ -207,6 +268,7 @@ def _write_onnx(
             "parameters": loaded.num_parameters(),
             "labels": list(loaded.labels),
             "input_kind": loaded.input_kind,
+            **({"max_length": length} if length is not None else {}),
             "onnx_bytes": onnx_path.stat().st_size,
             "parity_examples": report.examples,
             "parity_max_abs_probs": report.max_abs_diff["probs"],
