@@ -363,6 +363,27 @@ def _sve(f: dict[str, Path], *extra: str) -> list[str]:
     return ["svd-ensemble", str(f["bert"]), "--data", str(f["train"]), *extra]
 
 
+def _i26data_saved(tmp: Path, edit: Callable[[Path, dict[str, Any]], None]) -> Path:
+    """A save_to_disk folder (sentences, labels) whose state.json `edit` changes."""
+    import datasets
+
+    datasets.disable_progress_bars()
+    rows = [{"text": "good film", "label": "pos"}, {"text": "bad film", "label": "neg"}]
+    path = tmp / "saved"
+    datasets.Dataset.from_list(rows).save_to_disk(str(path))
+    state = json.loads((path / "state.json").read_text())
+    edit(path, state)
+    (path / "state.json").write_text(json.dumps(state))
+    return path
+
+
+def _i26data_escaping_state(tmp: Path, f: dict[str, Path]) -> list[str]:
+    def edit(path: Path, state: dict[str, Any]) -> None:
+        state["_data_files"] = [{"filename": "../outside/data-00000-of-00001.arrow"}]
+
+    return ["eval", str(f["bert"]), "--data", str(_i26data_saved(tmp, edit))]
+
+
 ROWS: dict[str, tuple[Case, str]] = {
     "missing path": (
         lambda t, f: ["eval", str(t / "nope"), "--data", str(f["test"])],
@@ -837,6 +858,11 @@ ROWS: dict[str, tuple[Case, str]] = {
     "a --set key that does not exist": (
         lambda t, f: ["run", _recipe(t), "--set", "vars.tarin=x.csv"],
         "--set vars.tarin: no variable 'tarin' in [vars] (it has: test, train)",
+    ),
+    # issue 26 (data)
+    "a save_to_disk folder whose state.json names a file outside it": (
+        _i26data_escaping_state,
+        "names '../outside/data-00000-of-00001.arrow', which is outside the data folder",
     ),
 }
 
