@@ -391,6 +391,25 @@ def _i26nan_resume(corruption: str) -> Case:
     from tests.resume_checkpoints import CORRUPTIONS, corrupted
 
     return lambda t, f: corrupted(f["bert"], f["train"], t, CORRUPTIONS[corruption][0])
+def _i26data_saved(tmp: Path, edit: Callable[[Path, dict[str, Any]], None]) -> Path:
+    """A save_to_disk folder (sentences, labels) whose state.json `edit` changes."""
+    import datasets
+
+    datasets.disable_progress_bars()
+    rows = [{"text": "good film", "label": "pos"}, {"text": "bad film", "label": "neg"}]
+    path = tmp / "saved"
+    datasets.Dataset.from_list(rows).save_to_disk(str(path))
+    state = json.loads((path / "state.json").read_text())
+    edit(path, state)
+    (path / "state.json").write_text(json.dumps(state))
+    return path
+
+
+def _i26data_escaping_state(tmp: Path, f: dict[str, Path]) -> list[str]:
+    def edit(path: Path, state: dict[str, Any]) -> None:
+        state["_data_files"] = [{"filename": "../outside/data-00000-of-00001.arrow"}]
+
+    return ["eval", str(f["bert"]), "--data", str(_i26data_saved(tmp, edit))]
 
 
 ROWS: dict[str, tuple[Case, str]] = {
@@ -927,6 +946,10 @@ ROWS: dict[str, tuple[Case, str]] = {
     "finetune a model whose starting weights are NaN": (
         lambda t, f: ["finetune", _i26nan_model(t), "--data", str(f["train"])],
         "the starting weights of",
+    # issue 26 (data)
+    "a save_to_disk folder whose state.json names a file outside it": (
+        _i26data_escaping_state,
+        "names '../outside/data-00000-of-00001.arrow', which is outside the data folder",
     ),
 }
 

@@ -141,6 +141,35 @@ def test_bad_save_to_disk_folders(tmp_path: Path) -> None:
         load_data(str(broken), **PAIR)
 
 
+@pytest.mark.parametrize("where", ["relative", "absolute", "symlink"])
+def test_save_to_disk_folder_cannot_name_files_outside_it(tmp_path: Path, where: str) -> None:
+    """A state.json whose _data_files leave the folder is refused before datasets reads them
+    (it would read them: eval reported the metrics of the outside file)."""
+    import datasets
+
+    datasets.disable_progress_bars()
+    datasets.Dataset.from_list(RECORDS).save_to_disk(str(tmp_path / "outside"))
+    datasets.Dataset.from_list(RECORDS[:1]).save_to_disk(str(tmp_path / "saved"))
+    shard = next((tmp_path / "outside").glob("*.arrow"))
+    state_path = tmp_path / "saved" / "state.json"
+    state = json.loads(state_path.read_text())
+    if where == "relative":
+        state["_data_files"] = [{"filename": f"../outside/{shard.name}"}]
+    elif where == "absolute":
+        state["_data_files"] = [{"filename": str(shard)}]
+    else:
+        (tmp_path / "saved" / "link.arrow").symlink_to(shard)
+        state["_data_files"] = [{"filename": "link.arrow"}]
+    state_path.write_text(json.dumps(state))
+    with pytest.raises(DataError, match=r"state\.json names (an absolute path )?'") as caught:
+        load_data(str(tmp_path / "saved"), **PAIR)
+    assert "outside the data folder" in caught.value.message or where == "absolute"
+    state["_data_files"] = "x.arrow"
+    state_path.write_text(json.dumps(state))
+    with pytest.raises(DataError, match=r"save_to_disk directory .*no valid _data_files list"):
+        load_data(str(tmp_path / "saved"), **PAIR)
+
+
 def test_missing_pair_column_names_the_columns(tmp_path: Path) -> None:
     specs = _formats(tmp_path, RECORDS)
     blank = tmp_path / "blank.csv"

@@ -1,4 +1,7 @@
-"""Open an artifact: parse its manifest, refuse what this version cannot read, verify hashes."""
+"""Open an artifact: parse its manifest, refuse what this version cannot read, verify hashes.
+
+Paths a manifest names are checked by `uqcompress.runtime.paths.safe_join` (re-exported here).
+"""
 
 from __future__ import annotations
 
@@ -19,9 +22,11 @@ from uqcompress.artifacts.manifest import (
     validate_envelope,
 )
 from uqcompress.errors import ArtifactError, IntegrityError, SchemaError
+from uqcompress.runtime.paths import FORGED_HINT
+from uqcompress.runtime.paths import safe_join as safe_join  # re-exported
 
 _UPGRADE_HINT = "upgrade uqcompress (pip install -U uqcompress) to read it"
-_FORGED_HINT = "the artifact was edited or forged; do not trust it"
+_FORGED_HINT = FORGED_HINT
 # Real manifests are a few KiB (a large one lists a few thousand files); anything far bigger
 # is not one of ours, and reading it whole would only cost memory.
 MAX_MANIFEST_BYTES = 32 << 20
@@ -50,29 +55,6 @@ class Artifact:
                 hint="the artifact is incomplete; re-create it with the step that wrote it",
             )
         return safe_join(self.path, rel)
-
-
-def safe_join(root: Path, rel: str, named_by: str | None = None) -> Path:
-    """Join ``rel`` to ``root`` and refuse anything that would leave ``root``.
-
-    Every path read from a file (a manifest's file list, an ONNX model's metadata or its
-    external-data locations) goes through here. Symlinks are resolved first, so a link that
-    points out of ``root`` is refused too. ``named_by`` says who named the path in the message
-    (default: the manifest of ``root``).
-    """
-    who = named_by or f"manifest of {root}"
-    if not isinstance(rel, str) or not rel or "\0" in rel:
-        raise IntegrityError(f"{who} names an invalid path {rel!r}", hint=_FORGED_HINT)
-    candidate = Path(rel)
-    if candidate.is_absolute() or rel.startswith(("/", "\\")):
-        raise IntegrityError(f"{who} names an absolute path {rel!r}", hint=_FORGED_HINT)
-    resolved_root = root.resolve()
-    resolved = (resolved_root / candidate).resolve()
-    if resolved_root not in resolved.parents:
-        raise IntegrityError(
-            f"{who} names {rel!r}, which is outside the artifact directory", hint=_FORGED_HINT
-        )
-    return resolved
 
 
 def read_manifest(path: Path) -> Manifest:

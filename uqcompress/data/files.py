@@ -76,6 +76,7 @@ def load_saved_dataset(
     """Read a directory written by `datasets.Dataset.save_to_disk` (one split)."""
     import datasets
 
+    _check_saved_files(path)
     _quiet(datasets)
     try:
         table = datasets.load_from_disk(str(path))
@@ -91,6 +92,50 @@ def load_saved_dataset(
             hint="pass the split's folder",
         )
     return from_dataset(table, str(path), text_column, label_column, require_labels, pair_column)
+
+
+SAVED_HINT = (
+    "re-save it with Dataset.save_to_disk(DIR); a data folder may name only files inside itself"
+)
+
+
+def _check_saved_files(path: Path) -> None:
+    """Every Arrow shard a save_to_disk folder's state.json names stays inside the folder
+    (the same containment check as an artifact's files and an ONNX model's external data):
+    `datasets` would follow `../outside/x.arrow` or an absolute path and read that file."""
+    import json
+
+    from uqcompress.runtime.paths import safe_join
+
+    state_path = path / "state.json"
+    if not state_path.is_file():
+        return  # load_from_disk reports the missing state.json in the usual message
+    try:
+        state = json.loads(state_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise DataError(
+            f"cannot read {path} as a datasets save_to_disk directory (its state.json: "
+            f"{_reason(exc)})",
+            hint=SAVED_HINT,
+        ) from exc
+    files = state.get("_data_files") if isinstance(state, dict) else None
+    if not isinstance(files, list) or not all(
+        isinstance(entry, dict) and "filename" in entry for entry in files
+    ):
+        raise DataError(
+            f"cannot read {path} as a datasets save_to_disk directory (its state.json has "
+            'no valid _data_files list of {"filename": ...})',
+            hint=SAVED_HINT,
+        )
+    for entry in files:
+        safe_join(
+            path,
+            entry["filename"],
+            named_by=str(state_path),
+            place=f"the data folder {path}",
+            error=DataError,
+            hint=SAVED_HINT,
+        )
 
 
 def load_hub_dataset(

@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from uqcompress.artifacts.reader import safe_join
 from uqcompress.errors import ArtifactError, DataError
 from uqcompress.export import contract
+from uqcompress.runtime.paths import safe_join
 from uqcompress.uq.calibration import Calibration, abstain_scores, abstains
 
 
