@@ -372,6 +372,8 @@ def _i26lead_resealed_input(tmp: Path, f: dict[str, Path]) -> list[str]:
     ).artifact.path
     _edit_manifest(model, lambda m: m.update(created_utc="2000-01-01T00:00:00+00:00"))
     return ["verify", str(evaluation)]
+
+
 def _i26nan_model(tmp: Path) -> str:
     """A transformers dir whose classifier holds one NaN weight (every output NaN)."""
     import math
@@ -391,6 +393,8 @@ def _i26nan_resume(corruption: str) -> Case:
     from tests.resume_checkpoints import CORRUPTIONS, corrupted
 
     return lambda t, f: corrupted(f["bert"], f["train"], t, CORRUPTIONS[corruption][0])
+
+
 def _i26data_saved(tmp: Path, edit: Callable[[Path, dict[str, Any]], None]) -> Path:
     """A save_to_disk folder (sentences, labels) whose state.json `edit` changes."""
     import datasets
@@ -898,6 +902,7 @@ ROWS: dict[str, tuple[Case, str]] = {
     "quantize a path that does not exist": (
         lambda t, f: ["quantize", str(t / "nope"), "--data", str(f["test"])],
         "nope does not exist",
+    ),
     # issue 26 (nan)
     "eval of a model with NaN outputs": (
         lambda t, f: ["eval", _i26nan_model(t), "--data", str(f["test"])],
@@ -946,6 +951,7 @@ ROWS: dict[str, tuple[Case, str]] = {
     "finetune a model whose starting weights are NaN": (
         lambda t, f: ["finetune", _i26nan_model(t), "--data", str(f["train"])],
         "the starting weights of",
+    ),
     # issue 26 (data)
     "a save_to_disk folder whose state.json names a file outside it": (
         _i26data_escaping_state,
