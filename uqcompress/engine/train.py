@@ -936,9 +936,10 @@ def check_checkpoint(
             f"has result.steps {steps}, but epoch {epoch + 1} after {position} batches is step "
             f"{implied}"
         )
-    for name in ("running", "seconds"):
-        if not _is_number(loop[name]) or not math.isfinite(loop[name]) or loop[name] < 0:
-            refuse(f"has loop.{name} {loop[name]!r}, not a finite number >= 0")
+    if not _is_number(loop["running"]) or not math.isfinite(loop["running"]):
+        refuse(f"has loop.running {loop['running']!r}, not a finite number")  # a loss sum
+    if not _is_number(loop["seconds"]) or not math.isfinite(loop["seconds"]) or loop["seconds"] < 0:
+        refuse(f"has loop.seconds {loop['seconds']!r}, not a finite number >= 0")
     if loop["best_value"] is not None and not (
         _is_number(loop["best_value"]) and math.isfinite(loop["best_value"])
     ):
