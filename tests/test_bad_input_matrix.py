@@ -895,6 +895,24 @@ ROWS: dict[str, tuple[Case, str]] = {
         "--set vars.tarin: no variable 'tarin' in [vars] (it has: test, train)",
     ),
     # issue 26 (lead)
+    "--workers above 4 x the cores": (
+        lambda t, f: [
+            "eval",
+            str(f["vit"]),
+            "--data",
+            "builtin:digits@test",
+            "--workers",
+            "100000",
+        ],
+        "--workers 100000 is more than",
+    ),
+    "init --set num_hidden_layers=100000": (
+        lambda t, f: [
+            *("init", "--family", "bert", "--labels", "a,b", "--out", str(t / "huge")),
+            *("--set", "num_hidden_layers=100000"),
+        ],
+        "num_hidden_layers=100000 is more than 256",
+    ),
     "verify an artifact whose input was resealed": (
         _i26lead_resealed_input,
         "was made from a model input that has changed since",

@@ -89,6 +89,15 @@ def predict(
             f"--workers {workers} must be 0 or more",
             hint="pass --workers 0 (read data in this process) or e.g. --workers 2",
         )
+    from uqcompress.runtime.limits import over_limit
+
+    counts = {"batch_size": batch_size, "workers": workers, "sample_chunk": sample_chunk}
+    for name, value in {**counts, "max_length": max_length}.items():
+        too_many = over_limit(name, value, "--" + name.replace("_", "-"))
+        if too_many is not None:
+            from uqcompress.errors import ConfigError
+
+            raise ConfigError(too_many[0], hint=too_many[1])
     model_path = resolve_input(model)
     if out is not None:
         check_destination(out, force)

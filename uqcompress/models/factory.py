@@ -24,6 +24,22 @@ POSITIVE_KEYS = (
     "max_position_embeddings",
 )
 
+# `uqc init` builds random models for tests, demos and experiments (real ones are imported):
+# far beyond any of those, these stop a typo such as num_hidden_layers=100000 (12.5 GB of
+# weights, then a SafetensorError) before any memory is allocated.
+SIZE_LIMITS = {
+    "num_hidden_layers": 256,
+    "hidden_size": 16_384,
+    "num_attention_heads": 256,
+    "num_key_value_heads": 256,
+    "intermediate_size": 65_536,
+    "vocab_size": 1_000_000,
+    "max_position_embeddings": 131_072,
+    "image_size": 4096,
+    "num_channels": 64,
+}
+MAX_INIT_PARAMETERS = 1_000_000_000  # 4 GB of float32 weights
+
 # Declared config keys that other flags own: --set would fight them.
 OWNED_BY_FLAGS = {
     "id2label": "--labels",
@@ -136,6 +152,7 @@ def create_model(
             f"{config.num_attention_heads}",
             hint="choose --set values where the heads divide the hidden size",
         )
+    _check_size(family, config)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         try:
@@ -156,3 +173,29 @@ def create_model(
             int(config.image_size), int(config.num_channels)
         )
     return loaded
+
+
+def _check_size(family: Family, config: Any) -> None:
+    """Refuse a config above `SIZE_LIMITS`, or one whose weights would exceed
+    `MAX_INIT_PARAMETERS` (counted on the meta device: nothing is allocated)."""
+    import torch
+
+    for key, limit in SIZE_LIMITS.items():
+        value = getattr(config, key, None)
+        if isinstance(value, int) and value > limit:
+            raise ConfigError(
+                f"config value {key}={value} is more than {limit:,}, the most uqc init builds",
+                hint=f"pass --set {key}=N with N <= {limit}, or uqc import a real checkpoint",
+            )
+    try:
+        with torch.device("meta"):
+            skeleton = family.classifier_class()(config)
+    except Exception:
+        return  # building it for real reports what is wrong
+    parameters = sum(p.numel() for p in skeleton.parameters())
+    if parameters > MAX_INIT_PARAMETERS:
+        raise ConfigError(
+            f"this config has {parameters:,} parameters ({parameters * 4 / 2**30:.1f} GiB in "
+            f"float32), more than the {MAX_INIT_PARAMETERS:,} uqc init builds",
+            hint="choose smaller --set values, or uqc import a real checkpoint",
+        )

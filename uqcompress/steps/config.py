@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from uqcompress.errors import Problems
+from uqcompress.runtime.limits import over_limit
 
 RUNTIME = "runtime"
 ID_OMIT = "id_omit"  # the value at which a field is left out of the id (it was added later)
@@ -165,4 +166,10 @@ def problems(cfg: Any) -> Problems:
             f"--workers {workers} must be 0 or more",
             hint="pass --workers 0 (read data in this process) or e.g. --workers 2",
         )
+    for field in dataclasses.fields(cfg):
+        too_many = over_limit(
+            field.name, getattr(cfg, field.name), flag(field.metadata.get("option", field.name))
+        )
+        if too_many is not None:
+            found.add(too_many[0], hint=too_many[1])
     return found

@@ -1,0 +1,83 @@
+"""Upper bounds of every count-like option: processes, members, samples, batches, lengths.
+
+An unbounded count is a way to take the machine down: `--workers 100000` once started about
+1,280 loader processes, used all 24 GiB and got unrelated jobs killed by the OOM killer. Each
+bound below is far above any useful value (the papers use 3-16 members and 10-30 samples) and
+low enough that memory and the number of processes stay finite. A value above its bound is
+refused, never clamped: a number that large is a typo, and silently running with less would
+hide it. The bounds are checked where every step config is checked (`steps.config.problems`),
+so the command line and recipes get the same ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from uqcompress.runtime.device import usable_cores
+
+WORKERS_PER_CORE_LIMIT = 4  # as --threads: a small multiple of the cores this process may use
+
+
+@dataclass(frozen=True)
+class CountLimit:
+    """The largest value a count option takes, and why (said in the error)."""
+
+    maximum: int
+    why: str
+
+
+def workers_limit() -> CountLimit:
+    """Data-loader worker processes: each is a process of its own (torch imported)."""
+    cores = usable_cores()
+    return CountLimit(
+        WORKERS_PER_CORE_LIMIT * cores,
+        f"{WORKERS_PER_CORE_LIMIT} x the {cores} CPU cores this process may use; each worker is "
+        "a process",
+    )
+
+
+# Field name (as in the step configs) -> its bound. `workers` depends on the machine.
+COUNT_LIMITS: dict[str, CountLimit] = {
+    "batch_size": CountLimit(8192, "a batch is held in memory at once"),
+    "members": CountLimit(
+        64, "each member is one more model to train and run; the papers use 3-16"
+    ),
+    "samples": CountLimit(1024, "one forward pass per sample; the papers use 10-30"),
+    "sample_chunk": CountLimit(1024, "samples run at once; at most --samples' own bound"),
+    "calib_size": CountLimit(10_000, "calibration examples are held in memory at once"),
+    "calib_pool": CountLimit(1_000_000, "the pool is read and shuffled in memory"),
+    "epochs": CountLimit(10_000, "passes over the data"),
+    "max_steps": CountLimit(10_000_000, "optimizer steps"),
+    "grad_accum": CountLimit(1024, "batches per optimizer step"),
+    "patience": CountLimit(10_000, "epochs without improvement; at most --epochs' own bound"),
+    "checkpoint_every": CountLimit(10_000_000, "optimizer steps; at most --max-steps' bound"),
+    "ema_every": CountLimit(10_000_000, "optimizer steps; at most --max-steps' bound"),
+    "ema_start": CountLimit(10_000_000, "optimizer steps; at most --max-steps' bound"),
+    "max_length": CountLimit(131_072, "tokens per example; attention memory grows as its square"),
+    "depth": CountLimit(64, "DiT blocks of the DIRECTOR student"),
+    "replace_last": CountLimit(1024, "blocks; at most the model's layers"),
+    "num_labels": CountLimit(100_000, "classes of the classifier head"),
+    "image_size": CountLimit(4096, "pixels per side; the image is held in memory"),
+    "patch_size": CountLimit(4096, "pixels per side; at most --image-size"),
+    "seed": CountLimit(2**32 - 1, "numpy's seeds are 32-bit"),
+}
+
+
+def count_limit(name: str) -> CountLimit | None:
+    """The bound of the count field `name`, if it has one."""
+    if name == "workers":
+        return workers_limit()
+    return COUNT_LIMITS.get(name)
+
+
+def over_limit(name: str, value: object, flag: str) -> tuple[str, str] | None:
+    """(message, hint) when `value` of the field `name` (spelled `flag`) is above its bound."""
+    limit = count_limit(name)
+    if limit is None or not isinstance(value, int) or isinstance(value, bool):
+        return None
+    if value <= limit.maximum:
+        return None
+    return (
+        f"{flag} {value} is more than {limit.maximum:,} ({limit.why})",
+        f"pass {flag} {limit.maximum} or less",
+    )
