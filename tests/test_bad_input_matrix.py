@@ -864,6 +864,24 @@ ROWS: dict[str, tuple[Case, str]] = {
         _i26data_escaping_state,
         "names '../outside/data-00000-of-00001.arrow', which is outside the data folder",
     ),
+    "a JSON Lines line holding null (crashed datasets, exit 139)": (
+        lambda t, f: [
+            "eval",
+            str(f["bert"]),
+            "--data",
+            _csv(t, "null.jsonl", 'null\n{"text":"a","label":"pos"}\n'),
+        ],
+        "null.jsonl line 1: holds null, not a JSON object",
+    ),
+    "a JSON Lines line that is not valid JSON": (
+        lambda t, f: [
+            "eval",
+            str(f["bert"]),
+            "--data",
+            _csv(t, "bad.jsonl", '{"text":"a","label":"pos"}\n{"text":"b"} x\n'),
+        ],
+        "bad.jsonl line 2: not valid JSON (Extra data at column 14)",
+    ),
 }
 
 
