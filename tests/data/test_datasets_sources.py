@@ -182,6 +182,34 @@ def test_missing_pair_column_names_the_columns(tmp_path: Path) -> None:
         load_data("builtin:digits", text_pair_column="sentence2")
 
 
+@pytest.mark.parametrize(
+    ("columns", "message"),
+    [
+        (
+            {"text_column": "sentence1", "text_pair_column": "sentence1"},
+            "--text-column and --text-pair-column both name the column 'sentence1'",
+        ),
+        (
+            {"text_column": "label"},
+            "--text-column and --label-column both name the column 'label'",
+        ),
+        (
+            {"text_column": "sentence1", "text_pair_column": "label"},
+            "--text-pair-column and --label-column both name the column 'label'",
+        ),
+    ],
+)
+def test_one_column_cannot_be_read_as_two(
+    tmp_path: Path, columns: dict[str, str], message: str
+) -> None:
+    """A text paired with itself gave pyarrow's 'Field exists 2 times' traceback."""
+    specs = _formats(tmp_path, RECORDS)
+    for spec in specs.values():
+        with pytest.raises(DataError) as caught:
+            load_data(spec, **columns)
+        assert caught.value.message == message
+
+
 def _hub_cache(root: Path, records: list[dict[str, Any]]) -> Path:
     """A datasets cache holding `uqc-test/tiny-pairs` (configuration `plain`, splits train
     and test), as `load_dataset` leaves it after a download: built offline from a local file

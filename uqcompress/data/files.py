@@ -338,6 +338,7 @@ def from_dataset(
     Lines)."""
     columns = list(table.column_names)
     labelled = require_labels or label_column in columns
+    refuse_shared_columns(text_column, pair_column, label_column if labelled else None)
     needed = [("--text-column", text_column)]
     if pair_column is not None:
         needed.append(("--text-pair-column", pair_column))
@@ -405,6 +406,20 @@ def from_dataset(
         text_pairs=[str(t) for t in pairs_raw] if pairs_raw is not None else None,
         columns=[text_column] + ([pair_column] if pair_column is not None else []),
     )
+
+
+def refuse_shared_columns(text: str, pair: str | None, label: str | None) -> None:
+    """One column read as two things (a pair of a text with itself, a text that is also
+    its label) is a mistyped flag: refused in one line, before any column is read."""
+    roles = [("--text-column", text), ("--text-pair-column", pair), ("--label-column", label)]
+    named = [(flag, column) for flag, column in roles if column is not None]
+    for i, (flag, column) in enumerate(named):
+        for other, same in named[i + 1 :]:
+            if column == same:
+                raise DataError(
+                    f"{flag} and {other} both name the column {column!r}",
+                    hint=f"pass a different column to {other}",
+                )
 
 
 def _values(table: Any, column: str) -> list[Any]:
