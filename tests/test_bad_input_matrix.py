@@ -918,6 +918,19 @@ ROWS: dict[str, tuple[Case, str]] = {
         ],
         "--text-column and --text-pair-column both name the column 'text'",
     ),
+    "a .parquet file that is not Parquet (no stray datasets log line)": (
+        lambda t, f: ["eval", str(f["bert"]), "--data", _csv(t, "bad.parquet", "PAR1garbage")],
+        "cannot read",
+    ),
+    "a .json list with a null item": (
+        lambda t, f: [
+            "eval",
+            str(f["bert"]),
+            "--data",
+            _csv(t, "list.json", '[{"text": "a", "label": "pos"},\n null]'),
+        ],
+        "list.json line 2: item 2 holds null, not a JSON object",
+    ),
     "a label 1e300": (
         lambda t, f: [
             "eval",

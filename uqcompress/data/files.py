@@ -307,8 +307,12 @@ def load_hub_dataset(
 
 
 def _quiet(datasets: Any) -> None:
+    """No progress bars and no log lines from `datasets` on our reads: a file it cannot read
+    is reported in one line (DataError, with its reason), and its builders log the same
+    failure at error level first ("Failed to read schema from ...", "Failed to load JSON
+    from file ..."), a stray second line."""
     datasets.disable_progress_bars()
-    datasets.logging.set_verbosity_error()
+    datasets.logging.set_verbosity(datasets.logging.CRITICAL + 1)
 
 
 def class_names(table: Any, column: str) -> list[str] | None:
