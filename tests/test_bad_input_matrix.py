@@ -931,6 +931,15 @@ ROWS: dict[str, tuple[Case, str]] = {
         ],
         "list.json line 2: item 2 holds null, not a JSON object",
     ),
+    "a JSON object as a text cell": (
+        lambda t, f: [
+            "eval",
+            str(f["bert"]),
+            "--data",
+            _csv(t, "obj.jsonl", '{"text":"a","label":"pos"}\n{"text":{"a":1},"label":"neg"}\n'),
+        ],
+        "obj.jsonl line 2: the 'text' cell holds a JSON object ({'a': 1}), not text",
+    ),
     "a label 1e300": (
         lambda t, f: [
             "eval",

@@ -97,6 +97,33 @@ def test_json_rows_are_named_by_their_file_line(tmp_path: Path) -> None:
     assert load_data(str(multi)).texts == ["a"]
 
 
+@pytest.mark.parametrize(
+    ("cell", "kind"), [({"a": 1}, "a JSON object ({'a': 1})"), ([1, 2], "a list ([1, 2])")]
+)
+def test_nested_values_in_a_text_column_are_refused(
+    tmp_path: Path, cell: object, kind: str
+) -> None:
+    """A JSON object as a text cell silently became the text "{'a': 1}"."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    records = [
+        {"text": "a", "first": "x", "other": "b", "label": "pos"},
+        {"text": cell, "first": "y", "other": cell},
+    ]
+    records[1]["label"] = "neg"
+    jsonl = _jsonl(tmp_path / "nested.jsonl", records)
+    with pytest.raises(DataError) as caught:
+        load_data(str(jsonl))
+    assert caught.value.message == f"{jsonl} line 2: the 'text' cell holds {kind}, not text"
+    with pytest.raises(DataError, match=f"line 2: the 'other' cell holds {kind[:6]}"):
+        load_data(str(jsonl), text_column="first", text_pair_column="other")
+    parquet = tmp_path / "nested.parquet"
+    pq.write_table(pa.Table.from_pylist([{"text": cell, "label": y} for y in ("a", "b")]), parquet)
+    with pytest.raises(DataError, match=f"nested.parquet row 1: the 'text' cell holds {kind[:6]}"):
+        load_data(str(parquet))
+
+
 def _write_digit_pngs(root: Path, split: str) -> None:
     """The digits as a user would save them: 8-bit grey PNGs, one folder per class."""
     from PIL import Image

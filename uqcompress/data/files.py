@@ -73,7 +73,7 @@ def load_text_file(
         label_column,
         require_labels,
         pair_column,
-        row_base=2,
+        row_base=2 if builder == "csv" else 1,  # a CSV line after its header; a 1-based row
         lines=lines,
     )
 
@@ -338,8 +338,8 @@ def from_dataset(
     """A `datasets.Dataset` as labelled examples: its text (and pair) column, and its labels
     (a ClassLabel column's class ids become its names; -1, no label, is refused where labels
     are required and makes the set unlabelled where they are not). Rows are named from
-    `row_base` (2 for a CSV's line numbers), or by `lines`, the file line of each row (JSON
-    Lines)."""
+    `row_base` (2 for a CSV's line numbers, 1 for a Parquet file's rows), or by `lines`, the
+    file line of each row (JSON Lines)."""
     columns = list(table.column_names)
     labelled = require_labels or label_column in columns
     refuse_shared_columns(text_column, pair_column, label_column if labelled else None)
@@ -374,6 +374,17 @@ def from_dataset(
                 f"{spec} {where(values.index(None))}: empty {name!r}",
                 hint="fill in or drop rows with missing values",
             )
+        if values is not None and not _scalar_column(table, name):
+            # a JSON object or list as a text cell became "{'a': 1}" through str()
+            for index, value in enumerate(values):
+                if isinstance(value, dict | list | tuple):
+                    kind = "a JSON object" if isinstance(value, dict) else "a list"
+                    raise DataError(
+                        f"{spec} {where(index)}: the {name!r} cell holds {kind} "
+                        f"({_short(value)}), not text",
+                        hint=f"put a string in column {name!r} (flatten or serialise nested "
+                        "values first)",
+                    )
     names = class_names(table, label_column) if labelled else None
     labels: list[Any] | None = None
     if labelled:
@@ -410,6 +421,19 @@ def from_dataset(
         text_pairs=[str(t) for t in pairs_raw] if pairs_raw is not None else None,
         columns=[text_column] + ([pair_column] if pair_column is not None else []),
     )
+
+
+def _scalar_column(table: Any, column: str | None) -> bool:
+    """Whether a column's type holds only scalars (strings, numbers): no cell to check."""
+    import datasets
+
+    feature = table.features.get(column) if column is not None else None
+    return isinstance(feature, datasets.Value | datasets.ClassLabel)
+
+
+def _short(value: Any, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def refuse_shared_columns(text: str, pair: str | None, label: str | None) -> None:
