@@ -92,6 +92,9 @@ def test_json_rows_are_named_by_their_file_line(tmp_path: Path) -> None:
     path.write_text(f'{GOOD}\n\n{{"text": null, "label": "neg"}}\n')
     with pytest.raises(DataError, match=r"gaps\.jsonl line 3: empty 'text'"):
         load_data(str(path))
+    separators = tmp_path / "seps.jsonl"  # separators JSON strings may hold unescaped
+    separators.write_text('{"text": "a\u2028b\u0085c", "label": "pos"}\r\n', encoding="utf-8")
+    assert load_data(str(separators)).texts == ["a\u2028b\u0085c"]
     multi = tmp_path / "one.json"  # one object over several lines is one record
     multi.write_text('{"text": "a",\n "label": "pos"}\n')
     assert load_data(str(multi)).texts == ["a"]

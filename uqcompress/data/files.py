@@ -119,7 +119,9 @@ def check_json_records(path: Path) -> list[int]:
     if path.suffix.lower() == ".json" and stripped.startswith("["):
         return _check_json_list(path, text, hint)
     lines: list[int] = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    # "\n" only: splitlines() would also split at U+2028 and other separators that a JSON
+    # string may hold unescaped
+    for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         try:
