@@ -164,6 +164,12 @@ def test_save_to_disk_folder_cannot_name_files_outside_it(tmp_path: Path, where:
     with pytest.raises(DataError, match=r"state\.json names (an absolute path )?'") as caught:
         load_data(str(tmp_path / "saved"), **PAIR)
     assert "outside the data folder" in caught.value.message or where == "absolute"
+    outside_state = tmp_path / "outside" / "state.json"  # the state.json itself a link out
+    state_path.unlink()
+    state_path.symlink_to(outside_state)
+    with pytest.raises(DataError, match=r"names 'state\.json', which is outside the data folder"):
+        load_data(str(tmp_path / "saved"), **PAIR)
+    state_path.unlink()
     state["_data_files"] = "x.arrow"
     state_path.write_text(json.dumps(state))
     with pytest.raises(DataError, match=r"save_to_disk directory .*no valid _data_files list"):

@@ -214,6 +214,16 @@ def _check_saved_files(path: Path) -> None:
     from uqcompress.runtime.paths import safe_join
 
     state_path = path / "state.json"
+    for marker in ("state.json", "dataset_info.json"):  # read by datasets too: no link out
+        if (path / marker).is_symlink():
+            safe_join(
+                path,
+                marker,
+                named_by=f"the data folder {path}",
+                place=f"the data folder {path}",
+                error=DataError,
+                hint=SAVED_HINT,
+            )
     if not state_path.is_file():
         return  # load_from_disk reports the missing state.json in the usual message
     try:
