@@ -300,12 +300,12 @@ def _finish(loaded: LoadedModel, path: Path) -> LoadedModel:
                 f"{path} holds a text model but no tokenizer files ({', '.join(_TOKENIZER_FILES)})",
                 hint="save the tokenizer beside the model (tokenizer.save_pretrained(dir))",
             )
-        _check_tokenizer_json(path)
         try:
             loaded.tokenizer = _saved_tokenizer_class(path, AutoTokenizer).from_pretrained(
                 str(path)
             )
         except Exception as exc:  # transformers/tokenizers raise KeyError, Exception, ...
+            _check_tokenizer_json(path)  # names the broken file, when one is
             present = [n for n in _TOKENIZER_FILES + _TOKENIZER_JSON if (path / n).is_file()]
             raise ArtifactError(
                 f"the tokenizer in {path} ({', '.join(present)}) is broken or unreadable "
@@ -335,9 +335,10 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _check_tokenizer_json(path: Path) -> None:
-    """Name the tokenizer file that is broken: every tokenizer JSON file present must be one
-    JSON object, and tokenizer.json must hold a tokenizer (a "model" and its "added_tokens";
-    `{}` made transformers fail with KeyError: 'added_tokens')."""
+    """Name the tokenizer file that is broken, once loading the tokenizer failed (a large
+    tokenizer.json is not parsed twice on every load): every tokenizer JSON file present must
+    be one JSON object, and tokenizer.json must hold a tokenizer (a "model" and its
+    "added_tokens"; `{}` made transformers fail with KeyError: 'added_tokens')."""
     import json
 
     for name in ("tokenizer.json", *_TOKENIZER_JSON):
