@@ -416,6 +416,21 @@ def _i26data_escaping_state(tmp: Path, f: dict[str, Path]) -> list[str]:
     return ["eval", str(f["bert"]), "--data", str(_i26data_saved(tmp, edit))]
 
 
+def _i26data_empty_tokenizer(tmp: Path, f: dict[str, Path]) -> list[str]:
+    path = _checkpoint(tmp, "emptytok")
+    (path / "tokenizer.json").write_text("{}")
+    return ["import", str(path)]
+
+
+def _i26data_negative_resize(tmp: Path, f: dict[str, Path]) -> list[str]:
+    path = tmp / "negresize"
+    save_model(create_model("vit", ["a", "b"]), path)
+    config = json.loads((path / "preprocessor_config.json").read_text())
+    config["size"] = {"height": -8, "width": -8}
+    (path / "preprocessor_config.json").write_text(json.dumps(config))
+    return ["import", str(path)]
+
+
 ROWS: dict[str, tuple[Case, str]] = {
     "missing path": (
         lambda t, f: ["eval", str(t / "nope"), "--data", str(f["test"])],
@@ -974,6 +989,76 @@ ROWS: dict[str, tuple[Case, str]] = {
     "a save_to_disk folder whose state.json names a file outside it": (
         _i26data_escaping_state,
         "names '../outside/data-00000-of-00001.arrow', which is outside the data folder",
+    ),
+    "a JSON Lines line holding null (crashed datasets, exit 139)": (
+        lambda t, f: [
+            "eval",
+            str(f["bert"]),
+            "--data",
+            _csv(t, "null.jsonl", 'null\n{"text":"a","label":"pos"}\n'),
+        ],
+        "null.jsonl line 1: holds null, not a JSON object",
+    ),
+    "a JSON Lines line that is not valid JSON": (
+        lambda t, f: [
+            "eval",
+            str(f["bert"]),
+            "--data",
+            _csv(t, "bad.jsonl", '{"text":"a","label":"pos"}\n{"text":"b"} x\n'),
+        ],
+        "bad.jsonl line 2: not valid JSON (Extra data at column 14)",
+    ),
+    "a tokenizer.json of {}": (
+        _i26data_empty_tokenizer,
+        "emptytok/tokenizer.json is broken: it has no 'model' or 'added_tokens'",
+    ),
+    "a negative resize in preprocessor_config.json": (
+        _i26data_negative_resize,
+        "is not a valid image-processor config: size.height is -8; a side must be 1..8192",
+    ),
+    "--text-column X --text-pair-column X": (
+        lambda t, f: [
+            "eval",
+            str(f["bert"]),
+            "--data",
+            str(f["test"]),
+            "--text-column",
+            "text",
+            "--text-pair-column",
+            "text",
+        ],
+        "--text-column and --text-pair-column both name the column 'text'",
+    ),
+    "a .parquet file that is not Parquet (no stray datasets log line)": (
+        lambda t, f: ["eval", str(f["bert"]), "--data", _csv(t, "bad.parquet", "PAR1garbage")],
+        "cannot read",
+    ),
+    "a .json list with a null item": (
+        lambda t, f: [
+            "eval",
+            str(f["bert"]),
+            "--data",
+            _csv(t, "list.json", '[{"text": "a", "label": "pos"},\n null]'),
+        ],
+        "list.json line 2: item 2 holds null, not a JSON object",
+    ),
+    "a JSON object as a text cell": (
+        lambda t, f: [
+            "eval",
+            str(f["bert"]),
+            "--data",
+            _csv(t, "obj.jsonl", '{"text":"a","label":"pos"}\n{"text":{"a":1},"label":"neg"}\n'),
+        ],
+        "obj.jsonl line 2: the 'text' cell holds a JSON object ({'a': 1}), not text",
+    ),
+    "a label 1e300": (
+        lambda t, f: [
+            "eval",
+            str(f["bert"]),
+            "--data",
+            _csv(t, "big.csv", "text,label\ngood film,1e300\nbad film,0\n"),
+        ],
+        "has a label out of range (1e+300)",
     ),
 }
 

@@ -164,6 +164,12 @@ def test_save_to_disk_folder_cannot_name_files_outside_it(tmp_path: Path, where:
     with pytest.raises(DataError, match=r"state\.json names (an absolute path )?'") as caught:
         load_data(str(tmp_path / "saved"), **PAIR)
     assert "outside the data folder" in caught.value.message or where == "absolute"
+    outside_state = tmp_path / "outside" / "state.json"  # the state.json itself a link out
+    state_path.unlink()
+    state_path.symlink_to(outside_state)
+    with pytest.raises(DataError, match=r"names 'state\.json', which is outside the data folder"):
+        load_data(str(tmp_path / "saved"), **PAIR)
+    state_path.unlink()
     state["_data_files"] = "x.arrow"
     state_path.write_text(json.dumps(state))
     with pytest.raises(DataError, match=r"save_to_disk directory .*no valid _data_files list"):
@@ -180,6 +186,34 @@ def test_missing_pair_column_names_the_columns(tmp_path: Path) -> None:
         load_data(specs["disk"], text_column="sentence1", text_pair_column="hypothesis")
     with pytest.raises(DataError, match="reads text pairs; builtin:digits holds images"):
         load_data("builtin:digits", text_pair_column="sentence2")
+
+
+@pytest.mark.parametrize(
+    ("columns", "message"),
+    [
+        (
+            {"text_column": "sentence1", "text_pair_column": "sentence1"},
+            "--text-column and --text-pair-column both name the column 'sentence1'",
+        ),
+        (
+            {"text_column": "label"},
+            "--text-column and --label-column both name the column 'label'",
+        ),
+        (
+            {"text_column": "sentence1", "text_pair_column": "label"},
+            "--text-pair-column and --label-column both name the column 'label'",
+        ),
+    ],
+)
+def test_one_column_cannot_be_read_as_two(
+    tmp_path: Path, columns: dict[str, str], message: str
+) -> None:
+    """A text paired with itself gave pyarrow's 'Field exists 2 times' traceback."""
+    specs = _formats(tmp_path, RECORDS)
+    for spec in specs.values():
+        with pytest.raises(DataError) as caught:
+            load_data(spec, **columns)
+        assert caught.value.message == message
 
 
 def _hub_cache(root: Path, records: list[dict[str, Any]]) -> Path:

@@ -39,7 +39,7 @@ def test_jsonl_json_and_parquet_read_like_csv(tmp_path: Path) -> None:
 def test_unparsable_and_incomplete_files_are_data_errors(tmp_path: Path) -> None:
     broken = tmp_path / "broken.jsonl"
     broken.write_text('{"text": "a", "label": "pos"}\n{not json\n')
-    with pytest.raises(DataError, match=r"cannot read .*broken\.jsonl as JSON Lines"):
+    with pytest.raises(DataError, match=r"broken\.jsonl line 2: not valid JSON \(Expecting"):
         load_data(str(broken))
     missing = _jsonl(tmp_path / "m.jsonl", [{"sentence": "a", "label": "pos"}])
     with pytest.raises(DataError, match="no column 'text'"):
@@ -52,6 +52,79 @@ def test_unparsable_and_incomplete_files_are_data_errors(tmp_path: Path) -> None
         from uqcompress.data.labels import map_labels
 
         map_labels(data, ["neg", "pos"], placeholder=False)
+
+
+GOOD = '{"text": "a", "label": "pos"}'
+
+
+@pytest.mark.parametrize(
+    ("name", "body", "message"),
+    [
+        # a null first line crashed the process inside datasets' JSON builder (exit 139)
+        ("first.jsonl", f"null\n{GOOD}\n", "line 1: holds null, not a JSON object"),
+        ("null.jsonl", f"{GOOD}\n\nnull\n", "line 3: holds null, not a JSON object"),
+        ("list.jsonl", f"{GOOD}\n[1, 2]\n", "line 2: holds a list, not a JSON object"),
+        ("number.jsonl", f"{GOOD}\n7\n", "line 2: holds a number, not a JSON object"),
+        ("text.jsonl", f'{GOOD}\n"hi"\n', "line 2: holds a string, not a JSON object"),
+        ("trail.jsonl", f"{GOOD}\n{GOOD} x\n", "line 2: not valid JSON (Extra data at column"),
+        ("cut.jsonl", f'{GOOD}\n{{"text": \n', "line 2: not valid JSON (Expecting value"),
+        ("items.json", f"[{GOOD},\n  null]", "line 2: item 2 holds null, not a JSON object"),
+        ("doc.json", f"[{GOOD},\n {{oops}}]", "line 2: not valid JSON (Expecting property"),
+        ("lines.json", f"{GOOD}\nnull\n", "line 2: holds null, not a JSON object"),
+        ("empty.jsonl", "\n\n", "is empty"),
+    ],
+)
+def test_json_lines_are_validated_line_by_line(
+    tmp_path: Path, name: str, body: str, message: str
+) -> None:
+    path = tmp_path / name
+    path.write_text(body)
+    with pytest.raises(DataError) as caught:
+        load_data(str(path))
+    assert caught.value.message.startswith(f"{path} {message}"), caught.value.message
+    assert "Trailing data" not in caught.value.message
+
+
+def test_json_rows_are_named_by_their_file_line(tmp_path: Path) -> None:
+    """Blank lines hold no record, and a JSON Lines file has no header: the row with a
+    missing value is named by the line it is on."""
+    path = tmp_path / "gaps.jsonl"
+    path.write_text(f'{GOOD}\n\n{{"text": null, "label": "neg"}}\n')
+    with pytest.raises(DataError, match=r"gaps\.jsonl line 3: empty 'text'"):
+        load_data(str(path))
+    separators = tmp_path / "seps.jsonl"  # separators JSON strings may hold unescaped
+    separators.write_text('{"text": "a\u2028b\u0085c", "label": "pos"}\r\n', encoding="utf-8")
+    assert load_data(str(separators)).texts == ["a\u2028b\u0085c"]
+    multi = tmp_path / "one.json"  # one object over several lines is one record
+    multi.write_text('{"text": "a",\n "label": "pos"}\n')
+    assert load_data(str(multi)).texts == ["a"]
+
+
+@pytest.mark.parametrize(
+    ("cell", "kind"), [({"a": 1}, "a JSON object ({'a': 1})"), ([1, 2], "a list ([1, 2])")]
+)
+def test_nested_values_in_a_text_column_are_refused(
+    tmp_path: Path, cell: object, kind: str
+) -> None:
+    """A JSON object as a text cell silently became the text "{'a': 1}"."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    records = [
+        {"text": "a", "first": "x", "other": "b", "label": "pos"},
+        {"text": cell, "first": "y", "other": cell},
+    ]
+    records[1]["label"] = "neg"
+    jsonl = _jsonl(tmp_path / "nested.jsonl", records)
+    with pytest.raises(DataError) as caught:
+        load_data(str(jsonl))
+    assert caught.value.message == f"{jsonl} line 2: the 'text' cell holds {kind}, not text"
+    with pytest.raises(DataError, match=f"line 2: the 'other' cell holds {kind[:6]}"):
+        load_data(str(jsonl), text_column="first", text_pair_column="other")
+    parquet = tmp_path / "nested.parquet"
+    pq.write_table(pa.Table.from_pylist([{"text": cell, "label": y} for y in ("a", "b")]), parquet)
+    with pytest.raises(DataError, match=f"nested.parquet row 1: the 'text' cell holds {kind[:6]}"):
+        load_data(str(parquet))
 
 
 def _write_digit_pngs(root: Path, split: str) -> None:

@@ -53,3 +53,12 @@ def test_integral_floats_are_classes_other_types_are_refused() -> None:
         map_labels(_data([True, False]), ["neg", "pos"], False)
     with pytest.raises(DataError, match="boolean"):
         map_labels(_data([np.bool_(True)]), ["neg", "pos"], False)
+
+
+@pytest.mark.parametrize("label", [1e300, -1e300, 2**70])
+def test_huge_integral_labels_are_refused_not_an_overflow(label: object) -> None:
+    """1e300 is an integral float: int64 overflowed (OverflowError traceback)."""
+    with pytest.raises(DataError, match=r"has a label out of range \((-?1e\+300|1\.18059e\+21)\)"):
+        map_labels(_data([label, 0]), ["neg", "pos"], False)
+    with pytest.raises(DataError, match="has a label out of range"):
+        map_labels(_data([label, 0]), ["LABEL_0", "LABEL_1"], True)

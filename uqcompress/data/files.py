@@ -52,18 +52,124 @@ def load_text_file(
     import datasets
 
     builder, what, hint = FORMATS[path.suffix.lower()]
+    lines: list[int] | None = None
     if builder == "csv":
         _check_csv_shape(path)
     elif builder == "parquet":
         _check_parquet_columns(path)
+    else:
+        lines = check_json_records(path)
     _quiet(datasets)
     try:
         table = datasets.load_dataset(builder, data_files=str(path), split="train")
     except Exception as exc:  # datasets raises many types for unreadable files
         raise DataError(f"cannot read {path} as {what} ({_reason(exc)})", hint=hint) from exc
+    if lines is not None and len(lines) != len(table):
+        lines = None  # not expected; rows are then named by index
     return from_dataset(
-        table, str(path), text_column, label_column, require_labels, pair_column, row_base=2
+        table,
+        str(path),
+        text_column,
+        label_column,
+        require_labels,
+        pair_column,
+        row_base=2 if builder == "csv" else 1,  # a CSV line after its header; a 1-based row
+        lines=lines,
     )
+
+
+def _json_problem(value: Any) -> str | None:
+    """What is wrong with one JSON record (None: an object, as a record must be)."""
+    if isinstance(value, dict):
+        return None
+    kind = (
+        "null"
+        if value is None
+        else "a list"
+        if isinstance(value, list)
+        else "a string"
+        if isinstance(value, str)
+        else "a boolean"
+        if isinstance(value, bool)
+        else "a number"
+    )
+    return f"holds {kind}, not a JSON object"
+
+
+def check_json_records(path: Path) -> list[int]:
+    """Validate a JSON Lines file (or a .json file: one JSON list of objects, one object, or
+    JSON Lines) before `datasets` reads it: its JSON builder crashes the process on a `null`
+    line (exit 139) and reports other bad lines through pandas ("Trailing data"). Raises one
+    line naming the file, the 1-based line and what is wrong; returns the line of each
+    record, in order (blank lines hold none)."""
+    import json
+
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise DataError(
+            f"{path} is not UTF-8 text (byte {exc.start} is {raw[exc.start]:#04x})",
+            hint="re-save the file as UTF-8",
+        ) from exc
+    hint = FORMATS[path.suffix.lower()][2]
+    if not text.strip():
+        raise DataError(f"{path} is empty", hint=hint)
+    stripped = text.lstrip()
+    if path.suffix.lower() == ".json" and stripped.startswith("["):
+        return _check_json_list(path, text, hint)
+    lines: list[int] = []
+    # "\n" only: splitlines() would also split at U+2028 and other separators that a JSON
+    # string may hold unescaped
+    for number, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except (ValueError, RecursionError) as exc:
+            if path.suffix.lower() == ".json" and not lines:
+                try:  # one JSON object over several lines
+                    whole = json.loads(text)
+                except (ValueError, RecursionError):
+                    whole = None
+                if isinstance(whole, dict):
+                    return [number]
+            reason = (
+                f"{exc.msg} at column {exc.colno}"
+                if isinstance(exc, json.JSONDecodeError)
+                else "nested too deeply"
+            )
+            raise DataError(f"{path} line {number}: not valid JSON ({reason})", hint=hint) from exc
+        problem = _json_problem(value)
+        if problem is not None:
+            raise DataError(f"{path} line {number}: {problem}", hint=hint)
+        lines.append(number)
+    return lines
+
+
+def _check_json_list(path: Path, text: str, hint: str) -> list[int]:
+    """A .json file holding one list: every item an object; returns each item's line."""
+    import json
+
+    try:
+        items = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{path} line {exc.lineno}: not valid JSON ({exc.msg})", hint=hint) from exc
+    except RecursionError as exc:
+        raise DataError(f"{path} is nested too deeply to read", hint=hint) from exc
+    decoder = json.JSONDecoder()
+    lines: list[int] = []
+    position = text.index("[") + 1
+    for number, item in enumerate(items, start=1):
+        while text[position] in " \t\r\n,":
+            position += 1
+        line = text.count("\n", 0, position) + 1
+        problem = _json_problem(item)
+        if problem is not None:
+            raise DataError(f"{path} line {line}: item {number} {problem}", hint=hint)
+        _, position = decoder.raw_decode(text, position)
+        lines.append(line)
+    return lines
 
 
 def load_saved_dataset(
@@ -108,6 +214,16 @@ def _check_saved_files(path: Path) -> None:
     from uqcompress.runtime.paths import safe_join
 
     state_path = path / "state.json"
+    for marker in ("state.json", "dataset_info.json"):  # read by datasets too: no link out
+        if (path / marker).is_symlink():
+            safe_join(
+                path,
+                marker,
+                named_by=f"the data folder {path}",
+                place=f"the data folder {path}",
+                error=DataError,
+                hint=SAVED_HINT,
+            )
     if not state_path.is_file():
         return  # load_from_disk reports the missing state.json in the usual message
     try:
@@ -203,8 +319,12 @@ def load_hub_dataset(
 
 
 def _quiet(datasets: Any) -> None:
+    """No progress bars and no log lines from `datasets` on our reads: a file it cannot read
+    is reported in one line (DataError, with its reason), and its builders log the same
+    failure at error level first ("Failed to read schema from ...", "Failed to load JSON
+    from file ..."), a stray second line."""
     datasets.disable_progress_bars()
-    datasets.logging.set_verbosity_error()
+    datasets.logging.set_verbosity(datasets.logging.CRITICAL + 1)
 
 
 def class_names(table: Any, column: str) -> list[str] | None:
@@ -225,13 +345,16 @@ def from_dataset(
     require_labels: bool,
     pair_column: str | None = None,
     row_base: int = 0,
+    lines: list[int] | None = None,
 ) -> LabeledData:
     """A `datasets.Dataset` as labelled examples: its text (and pair) column, and its labels
     (a ClassLabel column's class ids become its names; -1, no label, is refused where labels
     are required and makes the set unlabelled where they are not). Rows are named from
-    `row_base` (2 for a CSV's line numbers)."""
+    `row_base` (2 for a CSV's line numbers, 1 for a Parquet file's rows), or by `lines`, the
+    file line of each row (JSON Lines)."""
     columns = list(table.column_names)
     labelled = require_labels or label_column in columns
+    refuse_shared_columns(text_column, pair_column, label_column if labelled else None)
     needed = [("--text-column", text_column)]
     if pair_column is not None:
         needed.append(("--text-pair-column", pair_column))
@@ -245,7 +368,12 @@ def from_dataset(
             )
     if len(table) == 0:  # a JSON/Parquet file or a saved split with no records
         raise DataError(f"{spec} has no rows", hint="pass a data set with at least one example")
-    word = "line" if row_base == 2 else "row"
+
+    def where(index: int) -> str:
+        if lines is not None:
+            return f"line {lines[index]}"
+        return f"line {index + row_base}" if row_base == 2 else f"row {index + row_base}"
+
     texts_raw = _values(table, text_column)
     pairs_raw = _values(table, pair_column) if pair_column is not None else None
     checks: list[tuple[str | None, list[Any] | None]] = [
@@ -254,19 +382,28 @@ def from_dataset(
     ]
     for name, values in checks:
         if values is not None and None in values:
-            row = values.index(None) + row_base
             raise DataError(
-                f"{spec} {word} {row}: empty {name!r}",
+                f"{spec} {where(values.index(None))}: empty {name!r}",
                 hint="fill in or drop rows with missing values",
             )
+        if values is not None and not _scalar_column(table, name):
+            # a JSON object or list as a text cell became "{'a': 1}" through str()
+            for index, value in enumerate(values):
+                if isinstance(value, dict | list | tuple):
+                    kind = "a JSON object" if isinstance(value, dict) else "a list"
+                    raise DataError(
+                        f"{spec} {where(index)}: the {name!r} cell holds {kind} "
+                        f"({_short(value)}), not text",
+                        hint=f"put a string in column {name!r} (flatten or serialise nested "
+                        "values first)",
+                    )
     names = class_names(table, label_column) if labelled else None
     labels: list[Any] | None = None
     if labelled:
         labels = _values(table, label_column)
         if None in labels:
-            row = labels.index(None) + row_base
             raise DataError(
-                f"{spec} {word} {row}: empty {label_column!r}",
+                f"{spec} {where(labels.index(None))}: empty {label_column!r}",
                 hint="fill in or drop rows with missing values",
             )
         if names is not None:
@@ -296,6 +433,33 @@ def from_dataset(
         text_pairs=[str(t) for t in pairs_raw] if pairs_raw is not None else None,
         columns=[text_column] + ([pair_column] if pair_column is not None else []),
     )
+
+
+def _scalar_column(table: Any, column: str | None) -> bool:
+    """Whether a column's type holds only scalars (strings, numbers): no cell to check."""
+    import datasets
+
+    feature = table.features.get(column) if column is not None else None
+    return isinstance(feature, datasets.Value | datasets.ClassLabel)
+
+
+def _short(value: Any, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def refuse_shared_columns(text: str, pair: str | None, label: str | None) -> None:
+    """One column read as two things (a pair of a text with itself, a text that is also
+    its label) is a mistyped flag: refused in one line, before any column is read."""
+    roles = [("--text-column", text), ("--text-pair-column", pair), ("--label-column", label)]
+    named = [(flag, column) for flag, column in roles if column is not None]
+    for i, (flag, column) in enumerate(named):
+        for other, same in named[i + 1 :]:
+            if column == same:
+                raise DataError(
+                    f"{flag} and {other} both name the column {column!r}",
+                    hint=f"pass a different column to {other}",
+                )
 
 
 def _values(table: Any, column: str) -> list[Any]:

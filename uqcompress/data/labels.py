@@ -40,13 +40,31 @@ def _normalise(spec: str, raw: list[Any]) -> list[Any]:
                     hint="use class names or integer class indices in the label column",
                 )
             value = int(value)
-        elif not (_is_int(value) or isinstance(value, str)):
+        if _is_int(value) and not INT64_MIN <= int(value) <= INT64_MAX:
+            # 1e300 is integral, and no class index: int64 would overflow (OverflowError)
+            raise DataError(
+                f"{spec} has a label out of range ({raw_repr(value)}); class indices are "
+                "small integers",
+                hint="use class names or integer class indices (0, 1, ...) in the label column",
+            )
+        if not (_is_int(value) or isinstance(value, str)):
             raise DataError(
                 f"{spec} has labels of type {type(value).__name__}",
                 hint="use class names or integer class indices in the label column",
             )
         out.append(value)
     return out
+
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def raw_repr(value: object) -> str:
+    """A label as shown in a message: a huge integer in float notation (1e+300), not 300
+    digits."""
+    if isinstance(value, int) and len(str(abs(value))) > 20:
+        return f"{float(value):.6g}"
+    return repr(value)
 
 
 def _int_like(name: str) -> bool:

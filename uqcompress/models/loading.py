@@ -318,10 +318,13 @@ def _finish(loaded: LoadedModel, path: Path) -> LoadedModel:
             loaded.tokenizer = _saved_tokenizer_class(path, AutoTokenizer).from_pretrained(
                 str(path)
             )
-        except (ValueError, OSError) as exc:
+        except Exception as exc:  # transformers/tokenizers raise KeyError, Exception, ...
+            _check_tokenizer_json(path)  # names the broken file, when one is
+            present = [n for n in _TOKENIZER_FILES + _TOKENIZER_JSON if (path / n).is_file()]
             raise ArtifactError(
-                f"{path} holds a text model but no tokenizer files",
-                hint="save the tokenizer beside the model (tokenizer.save_pretrained(dir))",
+                f"the tokenizer in {path} ({', '.join(present)}) is broken or unreadable "
+                f"({_one_line(exc)})",
+                hint=_TOKENIZER_HINT,
             ) from exc
         _settle_padding(loaded, path)
     else:
@@ -329,6 +332,58 @@ def _finish(loaded: LoadedModel, path: Path) -> LoadedModel:
             path, int(config.image_size), int(config.num_channels)
         )
     return loaded
+
+
+# The tokenizer's JSON files (besides tokenizer.json): each must be one JSON object.
+_TOKENIZER_JSON = ("tokenizer_config.json", "special_tokens_map.json")
+_TOKENIZER_HINT = (
+    "save the tokenizer again beside the model (tokenizer.save_pretrained(dir)), or copy "
+    "its files from the checkpoint it came from"
+)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    name = type(exc).__name__
+    return f"{name}: {text}"[:200] if text else name
+
+
+def _check_tokenizer_json(path: Path) -> None:
+    """Name the tokenizer file that is broken, once loading the tokenizer failed (a large
+    tokenizer.json is not parsed twice on every load): every tokenizer JSON file present must
+    be one JSON object, and tokenizer.json must hold a tokenizer (a "model" and its
+    "added_tokens"; `{}` made transformers fail with KeyError: 'added_tokens')."""
+    import json
+
+    for name in ("tokenizer.json", *_TOKENIZER_JSON):
+        file = path / name
+        if not file.is_file():
+            continue
+        try:
+            value = json.loads(file.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+            raise ArtifactError(
+                f"the tokenizer file {file} is broken: not valid JSON ({_one_line(exc)})",
+                hint=_TOKENIZER_HINT,
+            ) from exc
+        if not isinstance(value, dict):
+            raise ArtifactError(
+                f"the tokenizer file {file} is broken: it holds {type(value).__name__}, "
+                "not a JSON object",
+                hint=_TOKENIZER_HINT,
+            )
+        if name == "tokenizer.json":
+            missing = [
+                key
+                for key, kind in (("model", dict), ("added_tokens", list))
+                if not isinstance(value.get(key), kind)
+            ]
+            if missing:
+                raise ArtifactError(
+                    f"the tokenizer file {file} is broken: it has no "
+                    f"{' or '.join(repr(k) for k in missing)} (not a saved tokenizers file)",
+                    hint=_TOKENIZER_HINT,
+                )
 
 
 def _saved_tokenizer_class(path: Path, auto: Any) -> Any:

@@ -53,6 +53,83 @@ def default_processor_config(
     }
 
 
+# A resize or crop side beyond this is no model's input (and would allocate gigabytes).
+MAX_SIDE = 8192
+_SIZE_KEYS = ("height", "width", "shortest_edge", "longest_edge")
+_FLAGS = ("do_resize", "do_rescale", "do_normalize", "do_center_crop", "do_convert_rgb")
+
+
+def _number(value: Any) -> bool:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and bool(np.isfinite(float(value)))
+    )
+
+
+def _side_problem(key: str, value: Any) -> str | None:
+    """What is wrong with a `size` / `crop_size` value (None: a usable one)."""
+    if isinstance(value, dict):
+        sides = {k: v for k, v in value.items() if k in _SIZE_KEYS and v is not None}
+        if not sides:
+            return f"{key} {value!r} names no height/width or shortest_edge"
+        for name, side in sides.items():
+            problem = _side_problem(f"{key}.{name}", side)
+            if problem is not None:
+                return problem
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        return f"{key} is {value!r}, not a whole number of pixels"
+    if not 1 <= value <= MAX_SIDE:
+        return f"{key} is {value}; a side must be 1..{MAX_SIDE} pixels"
+    return None
+
+
+def processor_config_problem(raw: dict[str, Any], num_channels: int) -> str | None:
+    """The first value of an image-processor config that cannot work (None: none): a resize
+    or crop side that is not 1..MAX_SIDE pixels (a negative resize failed in PIL with a
+    traceback, after `uqc import` had accepted the config), a rescale factor that is not a
+    positive number, a mean or std that is not one number per channel (std nonzero), a
+    resampling filter PIL does not have, a flag that is not true/false."""
+    for flag in _FLAGS:
+        if flag in raw and not isinstance(raw[flag], bool):
+            return f"{flag} is {raw[flag]!r}, not true or false"
+    if raw.get("do_resize", True) and "size" in raw:
+        problem = _side_problem("size", raw["size"])
+        if problem is not None:
+            return problem
+    if raw.get("do_center_crop", False) and "crop_size" in raw:
+        problem = _side_problem("crop_size", raw["crop_size"])
+        if problem is not None:
+            return problem
+    if "resample" in raw and not (
+        isinstance(raw["resample"], int)
+        and not isinstance(raw["resample"], bool)
+        and 0 <= raw["resample"] <= 5
+    ):
+        return f"resample is {raw['resample']!r}, not a PIL filter number (0..5)"
+    if raw.get("do_rescale", True) and "rescale_factor" in raw:
+        factor = raw["rescale_factor"]
+        if not (_number(factor) and float(factor) > 0):
+            return f"rescale_factor is {factor!r}, not a positive number"
+    if raw.get("do_normalize", True):
+        for key in ("image_mean", "image_std"):
+            if key not in raw:
+                continue
+            value = raw[key]
+            values = value if isinstance(value, list) else [value]
+            if not values or not all(_number(v) for v in values):
+                return f"{key} is {value!r}, not a number or a list of numbers"
+            if len(values) not in (1, num_channels):
+                return (
+                    f"{key} has {len(values)} values; the model has {num_channels} channel"
+                    f"{'s' if num_channels != 1 else ''}"
+                )
+            if key == "image_std" and any(float(v) == 0 for v in values):
+                return f"image_std {value!r} has a zero (normalising would divide by it)"
+    return None
+
+
 @dataclass(frozen=True)
 class ImagePreprocessing:
     """The model's image processor config and the numbers the Predictor needs from it.
@@ -142,6 +219,13 @@ class ImagePreprocessing:
                 f"{path} is not a valid image-processor config ({exc})",
                 hint="re-save it with the image processor's save_pretrained()",
             ) from exc
+        problem = processor_config_problem(raw, num_channels)
+        if problem is not None:
+            raise ArtifactError(
+                f"{path} is not a valid image-processor config: {problem}",
+                hint="fix the value (or re-save the config with the image processor's "
+                "save_pretrained())",
+            )
         prep = cls.from_config(raw, image_size, num_channels)
         prep.processor  # noqa: B018 (an unknown processor type fails when the model loads)
         return prep
