@@ -478,3 +478,26 @@ def test_a_recipe_quantizes_an_export_and_evaluates_it(
     summary = json.loads((int8 / "manifest.json").read_text())["summary"]
     assert summary["quantization"]["mode"] == "dynamic" and summary["size_ratio"] < 1
     assert json.loads((int8 / "drift.json").read_text())["passed"] is True
+
+
+def test_json_reports_the_failed_step_and_its_error(
+    cli: Callable[..., Any], tmp_path: Path
+) -> None:
+    """issue 26 item 15: `uqc run --json` printed nothing when a step failed; it prints the
+    report with the steps that ran and the failure, and the exit code stays the step's."""
+    recipe = _write(
+        tmp_path,
+        TINY.replace('ood = ["builtin:photo-patches"]', f'ood = ["{tmp_path / "nope.csv"}"]'),
+    )
+    result = cli("run", recipe, "--json")
+    assert result.code == 1
+    report = json.loads(result.out)
+    assert list(report["steps"]) == ["init", "base"]
+    assert all(s["status"] == "built" for s in report["steps"].values())
+    failed = report["failed"]
+    assert failed["step"] == "eval" and failed["command"] == "eval"
+    assert failed["exit_code"] == 1
+    assert "nope.csv" in failed["error"]
+    assert failed["error"].startswith("step 'eval' (uqc eval) failed:")
+    error_line = [line for line in result.err.splitlines() if line.startswith("error: ")]
+    assert error_line == [f"error: {failed['error']} (fix: {failed['fix']})"]

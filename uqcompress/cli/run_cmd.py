@@ -47,7 +47,8 @@ def run_recipe(
 ) -> None:
     """Run a recipe: every step in order, reusing any artifact with the same id (a rerun of
     an unchanged recipe does no work; a failed or interrupted run resumes), then check its
-    [gate] (exit 3 naming the failing bound). stdout: the last step's artifact path."""
+    [gate] (exit 3 naming the failing bound). stdout: the last step's artifact path (--json:
+    the report, with the failed step and its error when one fails)."""
     import json
     import sys
 
@@ -59,6 +60,7 @@ def run_recipe(
         WOULD_REUSE,
         GateFailed,
         RunReport,
+        StepFailed,
     )
     from uqcompress.recipe.runner import run_recipe as execute
     from uqcompress.runtime.console import stderr
@@ -71,6 +73,12 @@ def run_recipe(
     except GateFailed as exc:
         failed = exc
         report = exc.report
+    except StepFailed as exc:
+        # --json: the steps that ran and the failure (step, error line, fix, exit code)
+        if json_out and exc.report is not None:
+            sys.stdout.write(json.dumps(exc.report.to_dict(), indent=2) + "\n")
+            sys.stdout.flush()
+        raise
     assert isinstance(report, RunReport)
     counts = {s: sum(o.status == s for o in report.steps) for s in (BUILT, REUSED, WOULD_REUSE)}
     if dry_run:
