@@ -363,6 +363,15 @@ def _sve(f: dict[str, Path], *extra: str) -> list[str]:
     return ["svd-ensemble", str(f["bert"]), "--data", str(f["train"]), *extra]
 
 
+def _i26msgs_recipe(tmp: Path, steps: str) -> list[str]:
+    path = tmp / "models.toml"
+    path.write_text(
+        '# a recipe\n[steps.init]\nrun = "init"\nfamily = "vit"\nlabels = ["a", "b"]\n' + steps,
+        encoding="utf-8",
+    )
+    return ["run", str(path)]
+
+
 ROWS: dict[str, tuple[Case, str]] = {
     "missing path": (
         lambda t, f: ["eval", str(t / "nope"), "--data", str(f["test"])],
@@ -837,6 +846,19 @@ ROWS: dict[str, tuple[Case, str]] = {
     "a --set key that does not exist": (
         lambda t, f: ["run", _recipe(t), "--set", "vars.tarin=x.csv"],
         "--set vars.tarin: no variable 'tarin' in [vars] (it has: test, train)",
+    ),
+    # issue 26 (msgs)
+    "a recipe step given model and models": (
+        lambda t, f: _i26msgs_recipe(
+            t, '[steps.e]\nrun = "eval"\nmodel = "@init"\nmodels = ["@init"]\ndata = "x.csv"\n'
+        ),
+        "steps.e.model: model and models are the same key (the model input)",
+    ),
+    "a recipe step of one model given several": (
+        lambda t, f: _i26msgs_recipe(
+            t, '[steps.q]\nrun = "quantize"\nmodels = ["@init", "@init"]\n'
+        ),
+        "steps.q.models: uqc quantize takes one model, got 2",
     ),
 }
 

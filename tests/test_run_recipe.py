@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from uqcompress.recipe.parse import RecipeError, load_recipe
+from uqcompress.recipe.parse import RecipeError, Ref, load_recipe
 
 LABELS = '["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"]'
 
@@ -501,3 +501,46 @@ def test_json_reports_the_failed_step_and_its_error(
     assert failed["error"].startswith("step 'eval' (uqc eval) failed:")
     error_line = [line for line in result.err.splitlines() if line.startswith("error: ")]
     assert error_line == [f"error: {failed['error']} (fix: {failed['fix']})"]
+
+
+def test_model_is_the_model_key_of_every_step(tmp_path: Path) -> None:
+    """issue 26 item 15: eval took `models`, quantize `model`; `model` is now the key of the
+    model input everywhere (eval: one model or a list), `models` still reads the same, and
+    --set reaches the key the recipe wrote under either name."""
+    body = (
+        INIT
+        + '[steps.t]\nrun = "finetune"\nmodels = ["@init"]\ndata = "x.csv"\n'
+        + '[steps.onnx]\nrun = "export"\nmodel = "@t"\n'
+        + '[steps.q]\nrun = "quantize"\nmodel = "@onnx"\n'
+        + '[steps.e]\nrun = "eval"\nmodel = "@q"\ndata = "x.csv"\n'
+        + '[steps.e2]\nrun = "eval"\nmodel = ["@t", "@init"]\ndata = "x.csv"\n'
+        + '[steps.e3]\nrun = "eval"\nmodels = ["@t"]\ndata = "x.csv"\n'
+    )
+    recipe = load_recipe(_write(tmp_path, "# x\n" + body), ["steps.e3.model=@init"])
+    by_name = {s.name: s for s in recipe.steps}
+    assert isinstance(by_name["t"].values["model"], Ref)
+    assert by_name["e"].values["models"] == [Ref("q")] and by_name["e"].needs == ["q"]
+    assert by_name["e2"].values["models"] == [Ref("t"), Ref("init")]
+    assert by_name["e3"].values["models"] == [Ref("init")]
+    assert "model" not in by_name["e"].values
+
+
+@pytest.mark.parametrize(
+    ("step", "needle"),
+    [
+        (
+            '[steps.q]\nrun = "quantize"\nmodels = ["@init", "@init"]\n',
+            "steps.q.models: uqc quantize takes one model, got 2",
+        ),
+        (
+            '[steps.e]\nrun = "eval"\nmodel = "@init"\nmodels = ["@init"]\ndata = "x.csv"\n',
+            "model and models are the same key",
+        ),
+    ],
+)
+def test_the_model_key_given_twice_or_as_a_list_is_refused(
+    tmp_path: Path, step: str, needle: str
+) -> None:
+    with pytest.raises(RecipeError) as caught:
+        load_recipe(_write(tmp_path, "# x\n" + INIT + step))
+    assert any(needle in p for p in caught.value.problems), caught.value.problems
