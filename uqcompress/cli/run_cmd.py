@@ -63,7 +63,7 @@ def run_recipe(
         StepFailed,
     )
     from uqcompress.recipe.runner import run_recipe as execute
-    from uqcompress.runtime.console import stderr
+    from uqcompress.runtime.console import stderr, user
 
     checked = load_recipe(recipe, set_ or [])
     failed: GateFailed | None = None
@@ -93,7 +93,7 @@ def run_recipe(
             highlight=False,
         )
         if report.gate is not None and report.gate["passed"]:
-            stderr.print(f"[green]gate passed[/green]: {report.gate['expression']}")
+            stderr.print(f"[green]gate passed[/green]: {user(report.gate['expression'])}")
     if json_out:
         sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
     elif report.last_path is not None:

@@ -107,7 +107,7 @@ def _calibrate_into(model_path: Path, data: Any, cfg: CalibrateConfig, writer: A
     from uqcompress.data.encoding import check_input_kind
     from uqcompress.data.labels import map_labels
     from uqcompress.models.loading import save_model
-    from uqcompress.runtime.console import stderr
+    from uqcompress.runtime.console import stderr, user
     from uqcompress.steps.init import model_summary
     from uqcompress.steps.sources import TorchSource
     from uqcompress.uq import calibration as cal
@@ -123,7 +123,7 @@ def _calibrate_into(model_path: Path, data: Any, cfg: CalibrateConfig, writer: A
             f"--abstain-score mi needs an ensemble; {model_path} has one member",
             hint="use --abstain-score msp or entropy",
         )
-    stderr.print(f"[dim]calibrating on {len(label_ids)} examples of {data.spec}...[/dim]")
+    stderr.print(f"[dim]calibrating on {len(label_ids)} examples of {user(data.spec)}...[/dim]")
     previous = source.calibration
     source.calibration = None  # refitting starts from the model's own (uncalibrated) logits
     outputs = source.predict(data, cfg.batch_size, cfg.max_length)
