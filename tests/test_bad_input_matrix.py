@@ -912,6 +912,10 @@ ROWS: dict[str, tuple[Case, str]] = {
         lambda t, f: _i26msgs_forged(t, f, False, "uqc.aggregation", "median_logits"),
         "uqc.aggregation is 'median_logits'; uqc reads only 'mean_probs'",
     ),
+    "export --opset outside the supported range": (
+        lambda t, f: ["export", str(f["vit"]), "--opset", "99", "--out", str(t / "x")],
+        "--opset 99 is outside the supported range 18..23",
+    ),
 }
 
 
