@@ -431,6 +431,47 @@ def _i26data_negative_resize(tmp: Path, f: dict[str, Path]) -> list[str]:
     return ["import", str(path)]
 
 
+def _i26msgs_recipe(tmp: Path, steps: str) -> list[str]:
+    path = tmp / "models.toml"
+    path.write_text(
+        '# a recipe\n[steps.init]\nrun = "init"\nfamily = "vit"\nlabels = ["a", "b"]\n' + steps,
+        encoding="utf-8",
+    )
+    return ["run", str(path)]
+
+
+def _i26msgs_forged(tmp: Path, f: dict[str, Path], text: bool, key: str, value: Any) -> list[str]:
+    """`uqc predict` on a copy of a (text or image) ONNX export whose metadata `key` is
+    edited: a dict of preprocessing fields to set, or a string; the manifest re-hashed."""
+    import hashlib
+
+    import onnx
+
+    source = f["vit_onnx"]
+    if text:  # one tiny BERT export per session, beside the matrix's other shared inputs
+        from uqcompress.steps import export
+
+        source = f["root"].parent / "i26msgs-bert-onnx"
+        if not source.exists():
+            export.run(f["bert"], export.ExportConfig(), source)
+    path = _copy(tmp, source, "forged")
+    model = onnx.load(str(path / "model.onnx"))
+    for prop in model.metadata_props:
+        if prop.key == key:
+            prop.value = (
+                value if isinstance(value, str) else json.dumps({**json.loads(prop.value), **value})
+            )
+    onnx.save(model, str(path / "model.onnx"))
+    data = (path / "model.onnx").read_bytes()
+    _edit_manifest(
+        path,
+        lambda m: m["files"].update(
+            {"model.onnx": {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}}
+        ),
+    )
+    return ["predict", str(path), "--data", str(f["test"]) if text else "builtin:digits@test"]
+
+
 ROWS: dict[str, tuple[Case, str]] = {
     "missing path": (
         lambda t, f: ["eval", str(t / "nope"), "--data", str(f["test"])],
@@ -1059,6 +1100,43 @@ ROWS: dict[str, tuple[Case, str]] = {
             _csv(t, "big.csv", "text,label\ngood film,1e300\nbad film,0\n"),
         ],
         "has a label out of range (1e+300)",
+    ),
+    # issue 26 (msgs)
+    "a recipe step given model and models": (
+        lambda t, f: _i26msgs_recipe(
+            t, '[steps.e]\nrun = "eval"\nmodel = "@init"\nmodels = ["@init"]\ndata = "x.csv"\n'
+        ),
+        "steps.e.model: model and models are the same key (the model input)",
+    ),
+    "a recipe step of one model given several": (
+        lambda t, f: _i26msgs_recipe(
+            t, '[steps.q]\nrun = "quantize"\nmodels = ["@init", "@init"]\n'
+        ),
+        "steps.q.models: uqc quantize takes one model, got 2",
+    ),
+    "ONNX metadata: pad_token_id outside the vocabulary": (
+        lambda t, f: _i26msgs_forged(t, f, True, "uqc.preprocessing", {"pad_token_id": 99999}),
+        "pad_token_id is 99999 in uqc.preprocessing, outside the vocabulary (0..710)",
+    ),
+    "ONNX metadata: max_length above the position table": (
+        lambda t, f: _i26msgs_forged(t, f, True, "uqc.preprocessing", {"max_length": 512}),
+        "max_length is 512 in uqc.preprocessing, above the graph's position table (128",
+    ),
+    "ONNX metadata: image_size other than the graph's": (
+        lambda t, f: _i26msgs_forged(t, f, False, "uqc.preprocessing", {"image_size": 32}),
+        "image_size is 32 in uqc.preprocessing; the graph takes 8x8 images",
+    ),
+    "ONNX metadata: num_channels other than the graph's": (
+        lambda t, f: _i26msgs_forged(t, f, False, "uqc.preprocessing", {"num_channels": 3}),
+        "num_channels is 3 in uqc.preprocessing; the graph takes 1",
+    ),
+    "ONNX metadata: an unknown uqc.aggregation": (
+        lambda t, f: _i26msgs_forged(t, f, False, "uqc.aggregation", "median_logits"),
+        "uqc.aggregation is 'median_logits'; uqc reads only 'mean_probs'",
+    ),
+    "export --opset outside the supported range": (
+        lambda t, f: ["export", str(f["vit"]), "--opset", "99", "--out", str(t / "x")],
+        "--opset 99 is outside the supported range 18..23",
     ),
 }
 

@@ -157,3 +157,34 @@ def test_help_does_not_import_the_reference_module() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "LOADED False RC 0" in proc.stdout
+
+
+def _written_tags(command: object) -> set[str]:
+    """The `[...]` that a command's help strings hold as written (rich would read
+    `[gate]` or `[@split]` as markup), its parameters' included; backslash escapes dropped."""
+    texts = [getattr(command, "help", None) or ""]
+    texts += [getattr(p, "help", None) or "" for p in getattr(command, "params", [])]
+    found = re.findall(r"\[[a-z#/@][^\[\]]*\]", " ".join(texts).replace("\\[", "["))
+    return set(found)
+
+
+def test_help_prints_bracketed_text_as_written() -> None:
+    """issue 26 item 15: rich markup swallowed `[gate]` in `uqc run --help` ("then check its
+    (exit 3 ..."); every command's help keeps every `[...]` it was written with."""
+    import typer
+
+    from uqcompress.cli.reference import command_names, render_help
+
+    assert "then check its [gate] (exit 3" in " ".join(render_help(app, ["run"]).split())
+    group = typer.main.get_command(app)
+    commands = getattr(group, "commands", {})
+    checked = 0
+    for name in command_names(app):
+        tags = _written_tags(commands[name])
+        if not tags:
+            continue
+        shown = render_help(app, [name])
+        for tag in tags:
+            assert tag in shown and "\\" + tag not in shown, (name, tag)
+            checked += 1
+    assert checked >= 8  # [gate], and builtin:NAME[@split] on every data option

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from uqcompress.recipe.parse import RecipeError, load_recipe
+from uqcompress.recipe.parse import RecipeError, Ref, load_recipe
 
 LABELS = '["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"]'
 
@@ -505,3 +505,69 @@ def test_a_recipe_quantizes_an_export_and_evaluates_it(
     summary = json.loads((int8 / "manifest.json").read_text())["summary"]
     assert summary["quantization"]["mode"] == "dynamic" and summary["size_ratio"] < 1
     assert json.loads((int8 / "drift.json").read_text())["passed"] is True
+
+
+def test_json_reports_the_failed_step_and_its_error(
+    cli: Callable[..., Any], tmp_path: Path
+) -> None:
+    """issue 26 item 15: `uqc run --json` printed nothing when a step failed; it prints the
+    report with the steps that ran and the failure, and the exit code stays the step's."""
+    recipe = _write(
+        tmp_path,
+        TINY.replace('ood = ["builtin:photo-patches"]', f'ood = ["{tmp_path / "nope.csv"}"]'),
+    )
+    result = cli("run", recipe, "--json")
+    assert result.code == 1
+    report = json.loads(result.out)
+    assert list(report["steps"]) == ["init", "base"]
+    assert all(s["status"] == "built" for s in report["steps"].values())
+    failed = report["failed"]
+    assert failed["step"] == "eval" and failed["command"] == "eval"
+    assert failed["exit_code"] == 1
+    assert "nope.csv" in failed["error"]
+    assert failed["error"].startswith("step 'eval' (uqc eval) failed:")
+    error_line = [line for line in result.err.splitlines() if line.startswith("error: ")]
+    assert error_line == [f"error: {failed['error']} (fix: {failed['fix']})"]
+
+
+def test_model_is_the_model_key_of_every_step(tmp_path: Path) -> None:
+    """issue 26 item 15: eval took `models`, quantize `model`; `model` is now the key of the
+    model input everywhere (eval: one model or a list), `models` still reads the same, and
+    --set reaches the key the recipe wrote under either name."""
+    body = (
+        INIT
+        + '[steps.t]\nrun = "finetune"\nmodels = ["@init"]\ndata = "x.csv"\n'
+        + '[steps.onnx]\nrun = "export"\nmodel = "@t"\n'
+        + '[steps.q]\nrun = "quantize"\nmodel = "@onnx"\n'
+        + '[steps.e]\nrun = "eval"\nmodel = "@q"\ndata = "x.csv"\n'
+        + '[steps.e2]\nrun = "eval"\nmodel = ["@t", "@init"]\ndata = "x.csv"\n'
+        + '[steps.e3]\nrun = "eval"\nmodels = ["@t"]\ndata = "x.csv"\n'
+    )
+    recipe = load_recipe(_write(tmp_path, "# x\n" + body), ["steps.e3.model=@init"])
+    by_name = {s.name: s for s in recipe.steps}
+    assert isinstance(by_name["t"].values["model"], Ref)
+    assert by_name["e"].values["models"] == [Ref("q")] and by_name["e"].needs == ["q"]
+    assert by_name["e2"].values["models"] == [Ref("t"), Ref("init")]
+    assert by_name["e3"].values["models"] == [Ref("init")]
+    assert "model" not in by_name["e"].values
+
+
+@pytest.mark.parametrize(
+    ("step", "needle"),
+    [
+        (
+            '[steps.q]\nrun = "quantize"\nmodels = ["@init", "@init"]\n',
+            "steps.q.models: uqc quantize takes one model, got 2",
+        ),
+        (
+            '[steps.e]\nrun = "eval"\nmodel = "@init"\nmodels = ["@init"]\ndata = "x.csv"\n',
+            "model and models are the same key",
+        ),
+    ],
+)
+def test_the_model_key_given_twice_or_as_a_list_is_refused(
+    tmp_path: Path, step: str, needle: str
+) -> None:
+    with pytest.raises(RecipeError) as caught:
+        load_recipe(_write(tmp_path, "# x\n" + INIT + step))
+    assert any(needle in p for p in caught.value.problems), caught.value.problems

@@ -356,3 +356,27 @@ def test_export_keeps_the_training_length_and_max_length_overrides_it(
     assert too_long.code == 1 and too_long.out == ""
     assert f"outside 3..{limit}" in too_long.err and len(too_long.err.strip().splitlines()) == 1
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("opset", ["99", "17", "0"])
+def test_an_opset_outside_the_range_is_one_line_before_any_export(
+    cli: Callable[..., Any], tiny_vit_artifact: Path, tmp_path: Path, opset: str
+) -> None:
+    """issue 26 item 25: `--opset 99` gave the version converter's traceback and an ONNX
+    Runtime error (several lines); the range is checked first and named."""
+    result = cli("export", tiny_vit_artifact, "--opset", opset, "--out", tmp_path / "x")
+    assert result.code == 1 and result.out == ""
+    lines = result.err.strip().splitlines()
+    assert lines == [
+        f"error: --opset {opset} is outside the supported range 18..23 (fix: pass --opset 18 "
+        "(the default) or another of 18..23)"
+    ]
+    assert not (tmp_path / "x").exists()
+
+
+def test_the_opset_range_is_the_exporters() -> None:
+    from torch.onnx import _constants
+
+    from uqcompress.steps.export import OPSETS
+
+    assert OPSETS == (uqc_onnx.MIN_OPSET, _constants.ONNX_MAX_OPSET)

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -179,3 +180,76 @@ def test_directory_without_model_onnx_is_refused(tmp_path: Path, bert_onnx: Path
         Predictor(tmp_path)
     with pytest.raises(ArtifactError, match=r"model\.onnx"):
         Predictor(tmp_path / "missing")
+
+
+def _with_metadata(source: Path, target: Path, key: str, edit: Any) -> Path:
+    """A copy of an ONNX export whose metadata value `key` went through `edit` (a JSON
+    object edited in place, or a plain string replaced)."""
+    import shutil
+
+    shutil.copytree(source, target)
+    model = onnx.load(str(target / "model.onnx"))
+    for prop in model.metadata_props:
+        if prop.key == key:
+            if callable(edit):
+                value = json.loads(prop.value)
+                edit(value)
+                prop.value = json.dumps(value)
+            else:
+                prop.value = edit
+    onnx.save(model, str(target / "model.onnx"))
+    return target
+
+
+@pytest.mark.parametrize(
+    ("fixture", "key", "edit", "needle"),
+    [
+        (
+            "bert_onnx",
+            "uqc.preprocessing",
+            lambda p: p.update(pad_token_id=100000),
+            "pad_token_id is 100000 in uqc.preprocessing, outside the vocabulary (0..",
+        ),
+        (
+            "bert_onnx",
+            "uqc.preprocessing",
+            lambda p: p.update(pad_token_id=-1),
+            "pad_token_id is -1 in uqc.preprocessing, outside the vocabulary",
+        ),
+        (
+            "bert_onnx",
+            "uqc.preprocessing",
+            lambda p: p.update(max_length=4096),
+            "max_length is 4096 in uqc.preprocessing, above the graph's position table (128",
+        ),
+        (
+            "vit_onnx",
+            "uqc.preprocessing",
+            lambda p: p.update(image_size=p["image_size"] * 2),
+            "image_size is 16 in uqc.preprocessing; the graph takes 8x8 images",
+        ),
+        (
+            "vit_onnx",
+            "uqc.preprocessing",
+            lambda p: p.update(num_channels=3),
+            "num_channels is 3 in uqc.preprocessing; the graph takes 1",
+        ),
+        ("vit_onnx", "uqc.aggregation", "median_logits", "uqc.aggregation is 'median_logits'"),
+    ],
+)
+def test_metadata_that_contradicts_the_graph_is_refused_at_load(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    fixture: str,
+    key: str,
+    edit: Any,
+    needle: str,
+) -> None:
+    """issue 26 item 22: such metadata gave an ONNX Runtime traceback on the first batch (or
+    was taken as it is); the Predictor refuses it when it loads, in one line."""
+    forged = _with_metadata(request.getfixturevalue(fixture), tmp_path / "forged", key, edit)
+    with pytest.raises(ArtifactError) as caught:
+        Predictor(forged)
+    assert needle in caught.value.message
+    assert "does not follow the uqc export contract" in caught.value.message
+    assert "\n" not in caught.value.message

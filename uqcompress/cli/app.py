@@ -9,10 +9,12 @@ command bodies, so `uqc --help` stays instant.
 from __future__ import annotations
 
 import os
+import re
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
 from uqcompress import __version__
 from uqcompress.cli import (
@@ -40,7 +42,45 @@ from uqcompress.runtime import interrupts
 
 INTERRUPTED = 130
 
+# What rich reads as a markup tag in help text (`[gate]`, `[@split]`, `[/x]`) unless a
+# backslash escapes it: rich would swallow it ("then check its  (exit 3 ...)").
+_MARKUP_TAG = re.compile(r"(?<!\\)(\[[a-z#/@][^\[\]]*\])")
+
+
+def escape_help(text: str | None) -> str | None:
+    """Help text with every rich markup tag escaped, so it prints as written; idempotent
+    (an already escaped `\\[x]` stays as it is)."""
+    return _MARKUP_TAG.sub(r"\\\1", text) if text else text
+
+
+def _escape_command(command: Any) -> None:
+    """Escape the help of a command, its parameters and (a group) its subcommands."""
+    command.help = escape_help(command.help)
+    command.short_help = escape_help(command.short_help)
+    for param in command.params:
+        help_text = getattr(param, "help", None)
+        if help_text:
+            param.help = escape_help(help_text)
+    for sub in getattr(command, "commands", {}).values():
+        _escape_command(sub)
+
+
+class _PlainHelpCommand(TyperCommand):
+    """A command whose help is printed as written: rich renders it, but reads no markup."""
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        _escape_command(self)
+        super().format_help(ctx, formatter)
+
+
+class _PlainHelpGroup(TyperGroup):
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        _escape_command(self)
+        super().format_help(ctx, formatter)
+
+
 app = typer.Typer(
+    cls=_PlainHelpGroup,
     name="uqc",
     help="uqcompress: smaller transformer classifiers that know when they do not know.\n\n"
     "Every step reads artifact directories and writes a new one; stdout carries only the "
@@ -69,25 +109,29 @@ def _root(
     """uqcompress command line."""
 
 
-app.command("init")(init_cmd.init)
-app.command("import")(import_cmd.import_model)
-app.command("finetune")(finetune_cmd.finetune)
-app.command("eval")(eval_cmd.evaluate)
-app.command("score")(score_cmd.score)
-app.command("prune")(prune_cmd.prune)
-app.command("fuse")(fuse_cmd.fuse)
-app.command("svd-ensemble")(sve_cmd.svd_ensemble)
-app.command("distill-director")(director_cmd.distill_director)
-app.command("mc-dropout")(mc_dropout_cmd.mc_dropout)
-app.command("calibrate")(calibrate_cmd.calibrate)
-app.command("export")(export_cmd.export)
-app.command("quantize")(quantize_cmd.quantize)
-app.command("predict")(predict_cmd.predict)
-app.command("compare")(compare_cmd.compare)
-app.command("run")(run_cmd.run_recipe)
-app.command("inspect")(inspect_cmd.inspect)
-app.command("verify")(inspect_cmd.verify)
-app.command("demo")(demo_cmd.demo)
+def _command(name: str) -> Any:
+    return app.command(name, cls=_PlainHelpCommand)
+
+
+_command("init")(init_cmd.init)
+_command("import")(import_cmd.import_model)
+_command("finetune")(finetune_cmd.finetune)
+_command("eval")(eval_cmd.evaluate)
+_command("score")(score_cmd.score)
+_command("prune")(prune_cmd.prune)
+_command("fuse")(fuse_cmd.fuse)
+_command("svd-ensemble")(sve_cmd.svd_ensemble)
+_command("distill-director")(director_cmd.distill_director)
+_command("mc-dropout")(mc_dropout_cmd.mc_dropout)
+_command("calibrate")(calibrate_cmd.calibrate)
+_command("export")(export_cmd.export)
+_command("quantize")(quantize_cmd.quantize)
+_command("predict")(predict_cmd.predict)
+_command("compare")(compare_cmd.compare)
+_command("run")(run_cmd.run_recipe)
+_command("inspect")(inspect_cmd.inspect)
+_command("verify")(inspect_cmd.verify)
+_command("demo")(demo_cmd.demo)
 
 
 def _quiet_libraries() -> None:

@@ -39,7 +39,7 @@ def export(
             "PyTorch (absolute, probability units).",
         ),
     ] = 1e-4,
-    opset: Annotated[int, typer.Option("--opset", help="ONNX opset (>= 18).")] = 18,
+    opset: Annotated[int, typer.Option("--opset", help="ONNX opset, 18..23.")] = 18,
     materialize: Annotated[
         bool,
         typer.Option(

@@ -28,7 +28,7 @@ def inspect(
 
     from uqcompress.artifacts import read_manifest
     from uqcompress.artifacts.lineage import walk_lineage
-    from uqcompress.runtime.console import stderr
+    from uqcompress.runtime.console import plain, stderr, user
 
     path = resolve_input(artifact)
     manifest = read_manifest(path)
@@ -41,7 +41,7 @@ def inspect(
         }
         sys.stdout.write(json.dumps(payload, indent=2) + "\n")
         return
-    table = Table(title=f"{manifest.kind} artifact {path}", show_header=False)
+    table = Table(title=plain(f"{manifest.kind} artifact {path}"), show_header=False)
     table.add_column("key", style="bold")
     table.add_column("value")
     table.add_row("kind", f"{manifest.kind} (kind_version {manifest.kind_version})")
@@ -49,18 +49,20 @@ def inspect(
     table.add_row("id", manifest.id)
     table.add_row("created", f"{manifest.created_utc} by uqc {manifest.uqc_version}")
     for key, value in manifest.summary.items():
-        table.add_row(f"summary.{key}", _short(value))
+        table.add_row(plain(f"summary.{key}"), plain(_short(value)))
     for key, value in manifest.config.items():
-        table.add_row(f"config.{key}", _short(value))
+        table.add_row(plain(f"config.{key}"), plain(_short(value)))
     for entry in manifest.data:
         table.add_row(
-            f"data.{entry.get('role')}",
-            f"{entry.get('spec')} ({entry.get('examples')} examples, "
-            f"fingerprint {str(entry.get('fingerprint'))[:12]})",
+            plain(f"data.{entry.get('role')}"),
+            plain(
+                f"{entry.get('spec')} ({entry.get('examples')} examples, "
+                f"fingerprint {str(entry.get('fingerprint'))[:12]})"
+            ),
         )
-    table.add_row("env", _short(manifest.env, 120))
+    table.add_row("env", plain(_short(manifest.env, 120)))
     for warning in manifest.warnings:
-        table.add_row("warning", warning)
+        table.add_row("warning", plain(warning))
     stderr.print(table)
     tree = Tree(f"[bold]lineage[/bold] {manifest.kind}/{manifest.step} {manifest.id[:8]}")
     branches = {0: tree}
@@ -68,7 +70,7 @@ def inspect(
         parent = branches.get(node.depth - 1, tree)
         status = "" if node.status == "ok" else f" [red]({node.status})[/red]"
         branches[node.depth] = parent.add(
-            f"{node.role}: {node.kind}/{node.step} {node.id[:12]} {node.path}{status}"
+            f"{user(node.role)}: {node.kind}/{node.step} {node.id[:12]} {user(node.path)}{status}"
         )
     stderr.print(tree)
     sys.stdout.write(f"{path}\n")
@@ -83,7 +85,7 @@ def verify(
     from uqcompress.artifacts import open_artifact
     from uqcompress.artifacts.lineage import check_inputs_current
     from uqcompress.export.contract import ONNX_FILE
-    from uqcompress.runtime.console import stderr
+    from uqcompress.runtime.console import stderr, user
 
     path = resolve_input(artifact)
     opened = open_artifact(path, verify=True)
@@ -94,7 +96,7 @@ def verify(
 
         check_onnx_paths(opened.file(ONNX_FILE))
     stderr.print(
-        f"[green]ok[/green] {opened.kind} artifact {path}: "
+        f"[green]ok[/green] {opened.kind} artifact {user(path)}: "
         f"{len(opened.manifest.files)} files match their sha256"
     )
     sys.stdout.write(f"{path}\n")

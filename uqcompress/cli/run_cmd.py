@@ -47,7 +47,8 @@ def run_recipe(
 ) -> None:
     """Run a recipe: every step in order, reusing any artifact with the same id (a rerun of
     an unchanged recipe does no work; a failed or interrupted run resumes), then check its
-    [gate] (exit 3 naming the failing bound). stdout: the last step's artifact path."""
+    [gate] (exit 3 naming the failing bound). stdout: the last step's artifact path (--json:
+    the report, with the failed step and its error when one fails)."""
     import json
     import sys
 
@@ -59,9 +60,10 @@ def run_recipe(
         WOULD_REUSE,
         GateFailed,
         RunReport,
+        StepFailed,
     )
     from uqcompress.recipe.runner import run_recipe as execute
-    from uqcompress.runtime.console import stderr
+    from uqcompress.runtime.console import stderr, user
 
     checked = load_recipe(recipe, set_ or [])
     failed: GateFailed | None = None
@@ -71,6 +73,12 @@ def run_recipe(
     except GateFailed as exc:
         failed = exc
         report = exc.report
+    except StepFailed as exc:
+        # --json: the steps that ran and the failure (step, error line, fix, exit code)
+        if json_out and exc.report is not None:
+            sys.stdout.write(json.dumps(exc.report.to_dict(), indent=2) + "\n")
+            sys.stdout.flush()
+        raise
     assert isinstance(report, RunReport)
     counts = {s: sum(o.status == s for o in report.steps) for s in (BUILT, REUSED, WOULD_REUSE)}
     if dry_run:
@@ -85,7 +93,7 @@ def run_recipe(
             highlight=False,
         )
         if report.gate is not None and report.gate["passed"]:
-            stderr.print(f"[green]gate passed[/green]: {report.gate['expression']}")
+            stderr.print(f"[green]gate passed[/green]: {user(report.gate['expression'])}")
     if json_out:
         sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
     elif report.last_path is not None:

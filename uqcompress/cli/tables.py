@@ -6,7 +6,7 @@ from typing import Any
 
 from rich.table import Table
 
-from uqcompress.runtime.console import stderr
+from uqcompress.runtime.console import plain, stderr
 
 LEADING = (
     ("acc", "acc", "{:.3f}"),
@@ -59,7 +59,7 @@ def print_metrics(
     columns += TRAILING
     if ratio:
         columns.insert(len(columns) - 2, ("latency_ratio", "x base", "{:.2f}"))
-    table = Table(title=title, caption="OOD scored by predictive entropy" if sets else None)
+    table = Table(title=plain(title), caption="OOD scored by predictive entropy" if sets else None)
     table.add_column("model", overflow="fold")
     for _, header, _ in columns:
         table.add_column(header, justify="right")
@@ -68,7 +68,7 @@ def print_metrics(
             fmt.format(metrics[key]) if metrics.get(key) is not None else "-"
             for key, _, fmt in columns
         ]
-        table.add_row(name, *cells)
+        table.add_row(plain(name), *cells)
     stderr.print(table)
 
 

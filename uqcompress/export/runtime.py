@@ -160,6 +160,12 @@ class _Metadata:
         if not members.isdigit() or int(members) < 1:
             self._refuse(f"{contract.META_MEMBERS} is {members!r}, not a positive integer")
         self.members = int(members)
+        aggregation = self.meta.get(contract.META_AGGREGATION, contract.AGGREGATION)
+        if aggregation != contract.AGGREGATION:  # the Predictor reads `probs` as this
+            self._refuse(
+                f"{contract.META_AGGREGATION} is {aggregation!r}; uqc reads only "
+                f"{contract.AGGREGATION!r} (probs = the mean of the members' softmaxes)"
+            )
         self.preprocessing: dict[str, Any] = self._object(
             contract.META_PREPROCESSING,
             _TEXT_PREPROCESSING if kind == "text" else _IMAGE_PREPROCESSING,
@@ -243,6 +249,76 @@ class _Metadata:
         members = outputs["member_logits"].shape[1]
         if isinstance(members, int) and members != self.members:
             self._refuse(f"the graph returns {members} members, the metadata says {self.members}")
+        if self.input_kind == "image" and "pixel_values" in got:
+            # [B, C, H, W]: the export fixes channels and size; the metadata must say the same
+            _, channels, height, width = got["pixel_values"].shape
+            wanted = self.preprocessing["num_channels"]
+            if isinstance(channels, int) and channels != wanted:
+                self._refuse(
+                    f"num_channels is {wanted} in {contract.META_PREPROCESSING}; the graph "
+                    f"takes {channels}"
+                )
+            size = self.preprocessing["image_size"]
+            for side in (height, width):
+                if isinstance(side, int) and side != size:
+                    self._refuse(
+                        f"image_size is {size} in {contract.META_PREPROCESSING}; the graph "
+                        f"takes {height}x{width} images"
+                    )
+
+    def check_text_tables(self, vocabulary: int | None, positions: int | None) -> None:
+        """A text model's pad id inside its vocabulary and its max_length inside its
+        position table (sizes read from the graph: `graph_tables`; None where unknown)."""
+        pad = self.preprocessing.get("pad_token_id", 0)
+        if pad < 0 or (vocabulary is not None and pad >= vocabulary):
+            self._refuse(
+                f"pad_token_id is {pad} in {contract.META_PREPROCESSING}, outside the "
+                f"vocabulary (0..{(vocabulary or 1) - 1})"
+                if vocabulary is not None
+                else f"pad_token_id is {pad} in {contract.META_PREPROCESSING}, below 0"
+            )
+        length = self.preprocessing["max_length"]
+        if positions is not None and length > positions:
+            self._refuse(
+                f"max_length is {length} in {contract.META_PREPROCESSING}, above the graph's "
+                f"position table ({positions} positions)"
+            )
+
+
+_POSITION_TABLES = ("position_embeddings.weight", "embed_positions.weight")
+
+
+def graph_tables(onnx_path: Path) -> tuple[int | None, int | None]:
+    """Rows of a text graph's token embedding (the initializer that `input_ids` index) and
+    of its learned position table, if it has one (rotary decoders have none); (None, None)
+    without the onnx package (a torch-free deployment: ONNX Runtime's own checks remain).
+    Parses the graph only, never external data."""
+    try:
+        import onnx
+        from google.protobuf.message import DecodeError
+    except ImportError:
+        return None, None
+    try:
+        model = onnx.load(str(onnx_path), load_external_data=False)
+    except (DecodeError, ValueError, OSError):
+        return None, None  # ONNX Runtime loaded it; nothing more to learn here
+    rows = {t.name: int(t.dims[0]) for t in model.graph.initializer if len(t.dims) == 2}
+    vocabulary = next(
+        (
+            rows[node.input[0]]
+            for node in model.graph.node
+            if node.op_type == "Gather"
+            and len(node.input) == 2
+            and node.input[1] == "input_ids"
+            and node.input[0] in rows
+        ),
+        None,
+    )
+    positions = next(
+        (n for name, n in rows.items() if name.endswith(_POSITION_TABLES)),
+        None,
+    )
+    return vocabulary, positions
 
 
 # What the Predictor feeds each graph input: ONNX type and rank.
@@ -343,6 +419,7 @@ class Predictor:
         spec.check_graph(self.session)
         self._tokenizer: Any = None
         if self.input_kind == "text":
+            spec.check_text_tables(*graph_tables(onnx_path))
             tokenizer_path = safe_join(
                 onnx_path.parent,
                 self.preprocessing["tokenizer"],

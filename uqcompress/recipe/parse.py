@@ -24,6 +24,10 @@ VARIABLE = re.compile(r"\$\{vars\.([A-Za-z0-9_-]+)\}")
 # ("-1", "-0.5", "-1,1") and "-" (refused on its own) are not.
 OPTION_LIKE = re.compile(r"-[^\d.]")
 TOP_LEVEL = ("vars", "steps", "gate")
+# One key for the model input of every step: `model` and `models` are the same key (eval
+# takes one model or a list; quantize, export, finetune ... take one), the step's own
+# spelling is what it records.
+MODEL_KEYS = {"model": "models", "models": "model"}
 GATE_KEYS = ("step", "baseline")  # the rest of [gate] are metric bounds
 RATIO_METRICS = ("params_ratio", "flops_ratio")  # need gate.baseline
 
@@ -131,7 +135,9 @@ def _apply_overrides(raw: dict[str, Any], overrides: list[str], problems: list[s
             elif parts[2] == "run":
                 problems.append(f"{where}: a step's command cannot be overridden")
             else:
-                step[parts[2]] = _option_text(step, parts[2], text)
+                other = MODEL_KEYS.get(parts[2], "")
+                name = other if other in step and parts[2] not in step else parts[2]
+                step[name] = _option_text(step, name, text)
         elif parts[0] == "gate" and len(parts) >= 2:  # metric keys have dots themselves
             gate = raw.setdefault("gate", {})
             if isinstance(gate, dict):
@@ -213,17 +219,34 @@ def _steps(raw: Any, variables: dict[str, Any], problems: list[str]) -> list[Ste
             if key in RESERVED:
                 problems.append(f"{where}.{key}: set by the runner ({RESERVED[key]})")
                 continue
+            written = key
             param = cmd.params.get(key)
+            alias = MODEL_KEYS.get(key)
+            if param is None and alias in cmd.params and cmd.params[alias].role:
+                if alias in table:
+                    problems.append(
+                        f"{where}.{key}: {key} and {alias} are the same key (the model input); "
+                        f"give it once, e.g. model = ..."
+                    )
+                    continue
+                key, param = alias, cmd.params[alias]
+                if not param.many and isinstance(value, list) and len(value) > 1:
+                    problems.append(
+                        f"{where}.{written}: uqc {run} takes one model, got {len(value)} "
+                        '(write model = "@step"; one step per model, or fuse them first)'
+                    )
+                    continue
             if param is None:
                 options = ", ".join(cmd.params)
                 problems.append(f"{where}.{key}: not an option of uqc {run} (options: {options})")
                 continue
-            expanded = _expand(value, variables, f"{where}.{key}", problems)
-            checked = _check(expanded, param, f"{where}.{key}", problems)
+            expanded = _expand(value, variables, f"{where}.{written}", problems)
+            checked = _check(expanded, param, f"{where}.{written}", problems)
             if checked is not None:
                 step.values[key] = checked
         for param in cmd.params.values():
-            if param.required and param.key not in table:
+            given = param.key in table or MODEL_KEYS.get(param.key, "") in table
+            if param.required and not given:
                 problems.append(f"{where}: missing {param.key!r} (uqc {run} requires it)")
         steps.append(step)
     names = {s.name for s in steps} | {n for n in raw if isinstance(raw[n], dict)}

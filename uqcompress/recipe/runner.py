@@ -54,6 +54,8 @@ class RunReport:
     recipe: Path
     steps: list[StepOutcome]
     gate: dict[str, Any] | None = None  # evaluate_gate's verdict, plus step and metric values
+    # the step that failed: its name, command, the error line, its fix and exit code
+    failed: dict[str, Any] | None = None
 
     @property
     def last_path(self) -> Path | None:
@@ -65,6 +67,7 @@ class RunReport:
             "path": None if self.last_path is None else str(self.last_path),
             "steps": {s.name: s.to_dict() for s in self.steps},
             "gate": self.gate,
+            "failed": self.failed,
         }
 
 
@@ -77,6 +80,17 @@ class StepFailed(UqcError):
         )
         super().__init__(f"step {step.name!r} (uqc {step.command}) failed: {exc.message}", hint)
         self.exit_code = exc.exit_code
+        self.step = step
+        self.report: RunReport | None = None  # the steps that ran before (uqc run --json)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "step": self.step.name,
+            "command": self.step.command,
+            "error": self.message,
+            "fix": self.hint,
+            "exit_code": self.exit_code,
+        }
 
 
 def run_recipe(
@@ -88,43 +102,17 @@ def run_recipe(
 ) -> RunReport:
     """Run (or, with `dry_run`, plan) every step; then check the gate. `root`: where steps
     without `out` write (default: $UQC_ARTIFACTS or ./artifacts); `show(command, values, result)`
-    is called after each step that ran (the CLI prints an eval's metrics)."""
-    from uqcompress.runtime.console import stderr
-
+    is called after each step that ran (the CLI prints an eval's metrics). A failed step's
+    `StepFailed` carries the report so far, its `failed` entry naming the step."""
     report = RunReport(recipe=recipe.path, steps=[])
     outcomes: dict[str, StepOutcome] = {}
-    total = len(recipe.steps)
-    for index, step in enumerate(recipe.steps, start=1):
-        # inputs a dry run would build first: this step cannot be planned from them yet
-        pending = [n for n in step.needs if outcomes[n].status == WOULD_BUILD]
-        values = {k: _resolve(v, outcomes) for k, v in step.values.items()}
-        head = f"[bold][{index}/{total}] {step.name}[/bold] (uqc {step.command})"
-        if dry_run:
-            outcome = _plan(step, values, pending, force, root)
-            where = (
-                f" -> {outcome.path}"
-                if not pending
-                else f" (its input from {', '.join(pending)} would be built first)"
-            )
-            stderr.print(f"{head}: {outcome.status}{where}", highlight=False)
-        else:
-            stderr.print(f"{head}", highlight=False)
-            try:
-                outcome = _execute(step, values, force, root, show)
-            except KeyboardInterrupt:
-                stderr.print(
-                    f"interrupted in step {step.name!r}: the {index - 1} finished steps are "
-                    "kept; rerun the recipe to resume",
-                    highlight=False,
-                )
-                raise
-            stderr.print(
-                f"[dim]{step.name}: {outcome.status} {outcome.path} "
-                f"({outcome.seconds:.1f} s)[/dim]",
-                highlight=False,
-            )
-        outcomes[step.name] = outcome
-        report.steps.append(outcome)
+    try:
+        for index, step in enumerate(recipe.steps, start=1):
+            _run_one(recipe, step, index, report, outcomes, dry_run, force, root, show)
+    except StepFailed as exc:
+        report.failed = exc.to_dict()
+        exc.report = report  # the CLI still prints the report (--json) before exiting
+        raise
     if recipe.gate is not None and not dry_run:
         try:
             report.gate = check_gate(recipe, outcomes)
@@ -133,6 +121,52 @@ def run_recipe(
             exc.report = report  # the CLI still prints the paths before exiting 3
             raise
     return report
+
+
+def _run_one(
+    recipe: Recipe,
+    step: Step,
+    index: int,
+    report: RunReport,
+    outcomes: dict[str, StepOutcome],
+    dry_run: bool,
+    force: bool,
+    root: Path | None,
+    show: Callable[[str, dict[str, Any], StepResult], None] | None,
+) -> None:
+    """Run (or plan) one step, its outcome added to `outcomes` and the report."""
+    from uqcompress.runtime.console import stderr
+
+    total = len(recipe.steps)
+    # inputs a dry run would build first: this step cannot be planned from them yet
+    pending = [n for n in step.needs if outcomes[n].status == WOULD_BUILD]
+    values = {k: _resolve(v, outcomes) for k, v in step.values.items()}
+    head = f"[bold][{index}/{total}] {step.name}[/bold] (uqc {step.command})"
+    if dry_run:
+        outcome = _plan(step, values, pending, force, root)
+        where = (
+            f" -> {outcome.path}"
+            if not pending
+            else f" (its input from {', '.join(pending)} would be built first)"
+        )
+        stderr.print(f"{head}: {outcome.status}{where}", highlight=False)
+    else:
+        stderr.print(f"{head}", highlight=False)
+        try:
+            outcome = _execute(step, values, force, root, show)
+        except KeyboardInterrupt:
+            stderr.print(
+                f"interrupted in step {step.name!r}: the {index - 1} finished steps are "
+                "kept; rerun the recipe to resume",
+                highlight=False,
+            )
+            raise
+        stderr.print(
+            f"[dim]{step.name}: {outcome.status} {outcome.path} ({outcome.seconds:.1f} s)[/dim]",
+            highlight=False,
+        )
+    outcomes[step.name] = outcome
+    report.steps.append(outcome)
 
 
 def _resolve(value: Any, outcomes: dict[str, StepOutcome]) -> Any:

@@ -107,7 +107,7 @@ def _calibrate_into(model_path: Path, data: Any, cfg: CalibrateConfig, writer: A
     from uqcompress.data.encoding import check_input_kind
     from uqcompress.data.labels import map_labels
     from uqcompress.models.loading import save_model
-    from uqcompress.runtime.console import stderr
+    from uqcompress.runtime.console import stderr, user
     from uqcompress.steps.init import model_summary
     from uqcompress.steps.sources import TorchSource
     from uqcompress.uq import calibration as cal
@@ -127,7 +127,7 @@ def _calibrate_into(model_path: Path, data: Any, cfg: CalibrateConfig, writer: A
     source.calibration = None  # refitting starts from the model's own (uncalibrated) logits
     outputs = source.predict(data, cfg.batch_size, cfg.max_length)  # NonFiniteError if NaN
     # After the forward pass: a model that cannot be calibrated gets its error line alone.
-    stderr.print(f"[dim]calibrating on {len(label_ids)} examples of {data.spec}...[/dim]")
+    stderr.print(f"[dim]calibrating on {len(label_ids)} examples of {user(data.spec)}...[/dim]")
     raw_logits = outputs.member_logits.astype(np.float64)
     if previous is not None:
         writer.warn(

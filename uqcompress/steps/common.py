@@ -17,7 +17,7 @@ from uqcompress.artifacts import (
 )
 from uqcompress.artifacts.writer import destination_path, is_uqc_manifest
 from uqcompress.errors import ArtifactError
-from uqcompress.runtime.console import stderr
+from uqcompress.runtime.console import stderr, user
 from uqcompress.runtime.distributed import is_main_process
 from uqcompress.runtime.planning import PlannedStep, is_planning
 
@@ -75,7 +75,7 @@ def build_or_reuse(
     if is_planning():
         raise PlannedStep(dest, existing is not None, plan.kind, plan.id)
     if existing is not None:
-        stderr.print(f"[dim]{dest}: same inputs and config as before, reusing it[/dim]")
+        stderr.print(f"[dim]{user(dest)}: same inputs and config as before, reusing it[/dim]")
         return StepResult(artifact=existing, reused=True)
     # Temp dirs of killed processes (their pid is gone) would otherwise pile up here.
     clean_stale_temp_dirs(dest.parent)

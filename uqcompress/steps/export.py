@@ -14,6 +14,10 @@ from uqcompress.steps.common import StepResult, build_or_reuse
 from uqcompress.uq import numerics_tags
 
 FORMATS = ("onnx", "safetensors")
+# The opsets an export may ask for: the dynamo exporter's floor (export/onnx.py MIN_OPSET) to
+# the highest the installed torch exporter declares (torch.onnx._constants.ONNX_MAX_OPSET;
+# tests/export/test_onnx_export.py holds this to it). Checked before anything loads.
+OPSETS = (18, 23)
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,12 @@ class ExportConfig:
             problems.add(
                 f"--max-length {self.max_length} must be at least 3",
                 hint="pass --max-length 3 or more, or leave it out (the training length)",
+            )
+        low, high = OPSETS
+        if not low <= self.opset <= high:
+            problems.add(
+                f"--opset {self.opset} is outside the supported range {low}..{high}",
+                hint=f"pass --opset {low} (the default) or another of {low}..{high}",
             )
         if not 0 < self.atol < 1:
             problems.add(f"--atol {self.atol} must be in (0, 1)", hint="pass --atol 1e-4")

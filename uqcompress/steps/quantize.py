@@ -268,7 +268,7 @@ def _build(
     from uqcompress.export import contract
     from uqcompress.export.quantize import CALIBRATION_BATCH, measure_drift, quantize_graph
     from uqcompress.export.runtime import Predictor
-    from uqcompress.runtime.console import stderr
+    from uqcompress.runtime.console import stderr, user
 
     source_onnx = artifact.path / contract.ONNX_FILE
     reference = Predictor(artifact.path, device=cfg.device, threads=cfg.threads)
@@ -278,7 +278,7 @@ def _build(
         else None
     )
     target = writer.dir / contract.ONNX_FILE
-    stderr.print(f"[dim]quantizing {artifact.path} ({cfg.mode})...[/dim]")
+    stderr.print(f"[dim]quantizing {user(artifact.path)} ({cfg.mode})...[/dim]")
     work = writer.dir / ".work"
     work.mkdir()
     try:
