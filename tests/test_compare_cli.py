@@ -40,6 +40,8 @@ def test_compare_tabulates_each_eval_with_latency_ratios(cli, two_evals: list[Pa
         metrics = json.loads((eval_dir / "metrics.json").read_text())
         for key in ("acc", "nll", "ece", "ood.photo-patches.entropy.auroc", "parameters"):
             assert record[key] == metrics[key]
+        assert record["latency_e2e_ms"] == metrics["latency_e2e_ms"] >= metrics["latency_ms"]
+    assert "e2e ms/ex" in result.err  # its own column
     second = json.loads((two_evals[1] / "metrics.json").read_text())["latency_ms"]
     first = json.loads((two_evals[0] / "metrics.json").read_text())["latency_ms"]
     assert table["rows"][0]["latency_ratio"] == pytest.approx(first / second)

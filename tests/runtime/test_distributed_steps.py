@@ -177,7 +177,7 @@ def test_eval_predict_score_on_two_processes_equal_one(
     assert metrics_two["examples"] == metrics_one["examples"] > 26
     assert any(k.startswith("ood.photo-patches.") for k in metrics_one)
     for key, value in metrics_one.items():
-        if key == "latency_ms":
+        if key in ("latency_ms", "latency_e2e_ms"):  # timings differ run to run
             continue
         if key == "per_class_accuracy":
             assert metrics_two[key] == pytest.approx(value, abs=TOLERANCE, nan_ok=True)

@@ -16,7 +16,8 @@ LEADING = (
     ("aurc", "AURC", "{:.3f}"),
 )
 TRAILING = (
-    ("latency_ms", "ms/ex", "{:.3f}"),
+    ("latency_ms", "ms/ex", "{:.3f}"),  # model only, warm
+    ("latency_e2e_ms", "e2e ms/ex", "{:.3f}"),  # with reading and preprocessing
     ("parameters", "params", "{:,}"),
     ("members", "M", "{}"),
 )
@@ -58,7 +59,7 @@ def print_metrics(
         ]
     columns += TRAILING
     if ratio:
-        columns.insert(len(columns) - 2, ("latency_ratio", "x base", "{:.2f}"))
+        columns.insert(len(columns) - 3, ("latency_ratio", "x base", "{:.2f}"))
     table = Table(title=plain(title), caption="OOD scored by predictive entropy" if sets else None)
     table.add_column("model", overflow="fold")
     for _, header, _ in columns:

@@ -457,7 +457,7 @@ def _gate(raw: Any, steps: list[Step], problems: list[str]) -> Gate | None:
         if "," in text:
             problems.append(f"{where}: one bound per key; write each metric as its own key")
             continue
-        if metric == "latency_ms":
+        if metric in ("latency_ms", "latency_e2e_ms"):
             problems.append(f"{where}: latency is reported, never gated (noise on shared machines)")
             continue
         if metric in RATIO_METRICS and raw.get("baseline") is None:

@@ -134,7 +134,7 @@ def comparison(rows: list[Row], baseline: int) -> dict[str, Any]:
         columns += UNCERTAINTY_METRICS
     for name in sets:
         columns += [f"ood.{name}.{OOD_SCORE}.{key}" for key in OOD_COLUMNS]
-    columns += ["parameters", "members", "latency_ms", "latency_ratio"]
+    columns += ["parameters", "members", "latency_ms", "latency_e2e_ms", "latency_ratio"]
     base_latency = rows[baseline].metrics.get("latency_ms")
     records = []
     for row in rows:

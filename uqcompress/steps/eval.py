@@ -179,7 +179,12 @@ def run(
         n = len(label_ids)
         metrics.update(
             {
+                # model only (warm: the first batch run once untimed), the same on torch
+                # and ONNX; end to end with reading, tokenising and preprocessing
                 "latency_ms": 1000.0 * outputs.seconds / n,
+                "latency_e2e_ms": 1000.0 * outputs.e2e_seconds / n,
+                "latency_batch_size": cfg.batch_size,
+                "latency_threads": _threads(cfg.threads),
                 "parameters": sum(s.parameters for s in sources),
                 "members": int(outputs.member_logits.shape[1]),
                 "examples": n,
@@ -222,6 +227,15 @@ def run(
             writer.summary["gate"] = evaluate_gate(bounds, metrics)
 
     return build_or_reuse(plan, out, force, build)
+
+
+def _threads(threads: int | None) -> int:
+    """The intra-op threads the model ran with: `--threads` as resolved, else torch's."""
+    if threads is not None:
+        return threads
+    import torch
+
+    return int(torch.get_num_threads())
 
 
 def _jsonable(values: np.ndarray) -> list[float | None]:

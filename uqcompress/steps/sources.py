@@ -30,8 +30,12 @@ class MemberOutputs:
     probs: npt.NDArray[np.float64]
     entropy: npt.NDArray[np.float64]
     mutual_info: npt.NDArray[np.float64]
-    seconds: float  # model time only (forward passes / ONNX Runtime runs)
+    seconds: float  # model time only (warm forward passes / ONNX Runtime runs)
     truncated: int = 0  # texts cut to the max length (torch models; the first source's)
+    # End to end: model time plus reading, tokenising or preprocessing the inputs and the
+    # outputs' post-processing (`PredictionSource.predict`/`stream` set it).
+    e2e_seconds: float = 0.0
+    warmup_seconds: float = 0.0  # the untimed warm-up pass, in neither of the two
 
 
 def combine(outputs: list[MemberOutputs]) -> MemberOutputs:
@@ -50,6 +54,8 @@ def combine(outputs: list[MemberOutputs]) -> MemberOutputs:
         mutual_info=member_mutual_information(member_probs),
         seconds=sum(o.seconds for o in outputs),
         truncated=outputs[0].truncated,
+        e2e_seconds=sum(o.e2e_seconds for o in outputs),
+        warmup_seconds=sum(o.warmup_seconds for o in outputs),
     )
 
 
@@ -64,21 +70,39 @@ class PredictionSource(ABC):
     parameters: int
     calibration: Calibration | None = None  # uqc calibrate: temperature, abstention rule
     workers: int = 0  # data-loader worker processes that read and preprocess (--workers)
+    # Timing, the same on every backend: the first batch a source runs is run once untimed
+    # (a warm-up), `seconds` is the model alone, `e2e_seconds` the whole call (inputs read,
+    # tokenised or preprocessed, outputs post-processed), the warm-up in neither.
+    warm: bool = False
 
     def predict(self, data: LabeledData, batch_size: int, max_length: int | None) -> MemberOutputs:
         """Run every example once. Non-finite outputs raise NonFiniteError (`check_finite`):
         every command that reads a source goes through here or `stream`."""
-        return check_finite(self._predict(data, batch_size, max_length), self)
+        start = time.perf_counter()
+        outputs = self._predict(data, batch_size, max_length)
+        return check_finite(_timed(outputs, time.perf_counter() - start), self)
 
     def stream(
         self, data: LabeledData, batch_size: int, max_length: int | None
     ) -> Iterator[MemberOutputs]:
         """The outputs batch by batch (the batches `predict` would run): only one batch of
-        encoded inputs and outputs is held at a time. Checked as `predict` is."""
+        encoded inputs and outputs is held at a time. Checked as `predict` is; each batch's
+        `e2e_seconds` is the time spent producing it (preprocessing included)."""
         seen = 0
-        for batch in self._stream(data, batch_size, max_length):
+        batches = self._stream(data, batch_size, max_length)
+        while True:
+            start = time.perf_counter()
+            batch = next(batches, None)
+            if batch is None:
+                return
+            batch = _timed(batch, time.perf_counter() - start)
             yield check_finite(batch, self, seen)
             seen += len(batch.probs)
+
+    def take_warmup(self) -> bool:
+        """Whether the next batch is to be warmed up first (once per source)."""
+        first, self.warm = not self.warm, True
+        return first
 
     @abstractmethod
     def _predict(self, data: LabeledData, batch_size: int, max_length: int | None) -> MemberOutputs:
@@ -139,7 +163,9 @@ class TorchSource(PredictionSource):
             workers=self.workers,
         )
         self.truncated = encoded.truncated
-        prediction = predict_logits(self.loaded.model, encoded, batch_size, self.device)
+        prediction = predict_logits(
+            self.loaded.model, encoded, batch_size, self.device, warmup=self.take_warmup()
+        )
         member_logits = prediction.member_logits
         if self.calibration is not None:  # as the exported graph does: logits / T
             member_logits = member_logits / np.float32(self.calibration.temperature)
@@ -152,6 +178,7 @@ class TorchSource(PredictionSource):
             mutual_info=mutual_info.astype(np.float64),
             seconds=prediction.seconds,
             truncated=encoded.truncated,
+            warmup_seconds=prediction.warmup_seconds,
         )
 
     def _stream(
@@ -177,8 +204,8 @@ class TorchSource(PredictionSource):
         )
         self.truncated = encoded.truncated
         truncated = encoded.truncated
-        for member_logits, seconds in iter_logits(
-            self.loaded.model, encoded, batch_size, self.device
+        for member_logits, seconds, warm in iter_logits(
+            self.loaded.model, encoded, batch_size, self.device, warmup=self.take_warmup()
         ):
             if self.calibration is not None:
                 member_logits = member_logits / np.float32(self.calibration.temperature)
@@ -190,6 +217,7 @@ class TorchSource(PredictionSource):
                 mutual_info=mutual_info.astype(np.float64),
                 seconds=seconds,
                 truncated=truncated,
+                warmup_seconds=warm,
             )
             truncated = 0
 
@@ -217,37 +245,54 @@ class OnnxSource(PredictionSource):
     def _predict(self, data: LabeledData, batch_size: int, max_length: int | None) -> MemberOutputs:
         from uqcompress.errors import DataError
 
+        parts = list(self._stream(data, batch_size, max_length))
+        if not parts:
+            raise DataError("nothing to predict: no examples", hint="pass non-empty data")
+        return MemberOutputs(
+            member_logits=np.concatenate([p.member_logits for p in parts]),
+            probs=np.concatenate([p.probs for p in parts]),
+            entropy=np.concatenate([p.entropy for p in parts]),
+            mutual_info=np.concatenate([p.mutual_info for p in parts]),
+            seconds=sum(p.seconds for p in parts),
+            warmup_seconds=sum(p.warmup_seconds for p in parts),
+        )
+
+    def _inputs(self, data: LabeledData, batch_size: int) -> Iterator[dict[str, npt.NDArray[Any]]]:
+        """The graph's inputs batch by batch, tokenised or preprocessed outside the timer.
+        Images: one loader over the whole set (its `--workers` processes start once)."""
+        from uqcompress.errors import DataError
+
         if data.input_kind != self.input_kind:
             raise DataError(
                 f"{data.spec} holds {data.input_kind} examples; {self.path} takes "
                 f"{self.input_kind}",
                 hint="pass data of the kind the model was built for",
             )
-        start = time.perf_counter()
         if data.input_kind == "text":
             assert data.texts is not None
-            result = self.predictor.predict_texts(data.texts, batch_size, pairs=data.text_pairs)
+            texts, pairs = data.texts, data.text_pairs
+            for i in range(0, len(texts), batch_size):
+                yield self.predictor.encode_texts(
+                    texts[i : i + batch_size],
+                    pairs[i : i + batch_size] if pairs is not None else None,
+                )
         else:
-            batches = onnx_pixel_batches(self.predictor, data, batch_size, self.workers)
-            result = self.predictor.predict_batches(batches)
-        return _from_prediction(result, time.perf_counter() - start)
+            yield from onnx_pixel_batches(self.predictor, data, batch_size, self.workers)
 
     def _stream(
         self, data: LabeledData, batch_size: int, max_length: int | None
     ) -> Iterator[MemberOutputs]:
-        """Images: one loader over the whole set (its `--workers` processes start once);
-        text: slice by slice, as `predict` runs them."""
-        if data.input_kind != "image" or data.input_kind != self.input_kind:
-            yield from super()._stream(data, batch_size, max_length)
-            return
-        batches = onnx_pixel_batches(self.predictor, data, batch_size, self.workers)
-        while True:
+        """Batch by batch; only the ONNX Runtime run is in `seconds` (the first batch run
+        once untimed before, as torch's)."""
+        for inputs in self._inputs(data, batch_size):
+            warm = 0.0
+            if self.take_warmup():
+                warm = time.perf_counter()
+                self.predictor.run(inputs)
+                warm = time.perf_counter() - warm
             start = time.perf_counter()
-            batch = next(batches, None)
-            if batch is None:
-                return
-            result = self.predictor.run(batch)
-            yield _from_prediction(result, time.perf_counter() - start)
+            result = self.predictor.run(inputs)
+            yield _from_prediction(result, time.perf_counter() - start, warm)
 
 
 def check_finite(
@@ -293,7 +338,7 @@ def check_finite(
     raise NonFiniteError(message, hint=hint)
 
 
-def _from_prediction(result: Any, seconds: float) -> MemberOutputs:
+def _from_prediction(result: Any, seconds: float, warmup: float = 0.0) -> MemberOutputs:
     """A Predictor's `Prediction` as the outputs eval and predict read (float64 metrics)."""
     return MemberOutputs(
         member_logits=result.member_logits,
@@ -301,7 +346,14 @@ def _from_prediction(result: Any, seconds: float) -> MemberOutputs:
         entropy=result.entropy.astype(np.float64),
         mutual_info=result.mutual_info.astype(np.float64),
         seconds=seconds,
+        warmup_seconds=warmup,
     )
+
+
+def _timed(outputs: MemberOutputs, elapsed: float) -> MemberOutputs:
+    """The outputs with their end-to-end time: `elapsed` (the whole call) less the warm-up,
+    never below the model time."""
+    return replace(outputs, e2e_seconds=max(elapsed - outputs.warmup_seconds, outputs.seconds))
 
 
 def onnx_pixel_batches(
@@ -458,7 +510,7 @@ def predict_streamed(
     total = len(data)
     filled = 0
     kept: MemberOutputs | None = None
-    seconds, truncated = 0.0, 0
+    seconds, e2e, truncated = 0.0, 0.0, 0
     for batch in stream_outputs(sources, data, batch_size, max_length):
         rows = slice(filled, filled + len(batch.probs))
         if kept is None:
@@ -475,11 +527,12 @@ def predict_streamed(
         kept.entropy[rows] = batch.entropy
         kept.mutual_info[rows] = batch.mutual_info
         seconds += batch.seconds
+        e2e += batch.e2e_seconds
         truncated += batch.truncated
         filled = rows.stop
     if kept is None:
         return None
-    return replace(kept, seconds=seconds, truncated=truncated)
+    return replace(kept, seconds=seconds, e2e_seconds=e2e, truncated=truncated)
 
 
 def predict_sharded(
@@ -512,4 +565,5 @@ def predict_sharded(
         mutual_info=np.concatenate([p.mutual_info for p in shards], axis=0),
         seconds=sum(p.seconds for p in shards),
         truncated=sum(p.truncated for p in shards),
+        e2e_seconds=sum(p.e2e_seconds for p in shards),
     )

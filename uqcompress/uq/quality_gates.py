@@ -35,6 +35,7 @@ CORE_METRICS = (
     "ece",
     "aurc",
     "latency_ms",
+    "latency_e2e_ms",
     "parameters",
     "members",
 )
