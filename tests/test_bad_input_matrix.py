@@ -363,6 +363,11 @@ def _sve(f: dict[str, Path], *extra: str) -> list[str]:
     return ["svd-ensemble", str(f["bert"]), "--data", str(f["train"]), *extra]
 
 
+def _i26paths_mistyped(tmp: Path, f: dict[str, Path]) -> list[str]:
+    (tmp / "art").mkdir()
+    return ["eval", str(tmp / "art" / "nope"), "--data", str(f["test"])]
+
+
 ROWS: dict[str, tuple[Case, str]] = {
     "missing path": (
         lambda t, f: ["eval", str(t / "nope"), "--data", str(f["test"])],
@@ -837,6 +842,11 @@ ROWS: dict[str, tuple[Case, str]] = {
     "a --set key that does not exist": (
         lambda t, f: ["run", _recipe(t), "--set", "vars.tarin=x.csv"],
         "--set vars.tarin: no variable 'tarin' in [vars] (it has: test, train)",
+    ),
+    # issue 26 (paths)
+    "a mistyped local model path (art/nope, art exists)": (
+        _i26paths_mistyped,
+        "does not exist (no such directory)",
     ),
 }
 
