@@ -70,3 +70,40 @@ def test_checkpoints_with_their_own_code_need_a_yes(cli, encoder_dir: Path) -> N
     assert refused.code == 1 and "--trust-remote-code" in refused.err
     accepted = cli("import", str(encoder_dir), "--trust-remote-code")
     assert accepted.code == 0, accepted.err
+
+
+@pytest.mark.parametrize(
+    "spec", ["art/nope", "./nope", "~/nope-uqc-i26", "/nope-uqc-i26/x", "a/b/c", "nope"]
+)
+def test_a_mistyped_local_path_is_not_a_hub_id(  # type: ignore[no-untyped-def]
+    cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spec: str
+) -> None:
+    """Issue 26 item 2: a spec that looks like a path gets one line at once, no Hub lookup."""
+    from uqcompress.models import loading
+
+    def no_hub(repo_id: str) -> Path:
+        raise AssertionError(f"{repo_id} was looked up on the Hub")
+
+    monkeypatch.setattr(loading, "download_from_hub", no_hub)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "art").mkdir()  # `art/nope`: art exists, so a local path
+    for command in (["eval", spec, "--data", "x.csv"], ["import", spec], ["export", spec]):
+        result = cli(*command)
+        assert result.code == 1 and result.out == ""
+        lines = result.err.strip().splitlines()
+        assert len(lines) == 1 and "does not exist (no such directory" in lines[0], result.err
+
+
+def test_org_name_without_a_local_org_folder_is_still_a_hub_id(  # type: ignore[no-untyped-def]
+    cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from uqcompress.models.loading import is_hub_id
+
+    monkeypatch.chdir(tmp_path)
+    assert is_hub_id("some-org/some-model") and is_hub_id("bert/bert-base-uncased")
+    (tmp_path / "some-org").mkdir()
+    assert not is_hub_id("some-org/some-model")  # now a local path under ./some-org
+    assert not any(is_hub_id(s) for s in ("./a/b", "~/a", "/a/b", "a/b/c", "a\\b", "a"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    result = cli("import", "other-org/some-model")
+    assert result.code == 1 and "Hugging Face Hub id" in result.err

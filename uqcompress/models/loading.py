@@ -37,6 +37,34 @@ class ModelSource:
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
+def is_hub_id(spec: str) -> bool:
+    """Whether a model spec that names nothing on disk is a Hugging Face Hub id (`org/name`)
+    rather than a mistyped local path.
+
+    A path: it starts with `.`, `~` or `/` (or is absolute), holds a backslash or two or more
+    `/`, or its first part (`art` of `art/nope`) exists as a folder. A bare name without `/`
+    (`modle`) is a path too: Hub ids are `org/name`, so a typo never goes to the network."""
+    if spec.startswith((".", "~", "/")) or os.path.isabs(spec) or "\\" in spec:
+        return False
+    if spec.count("/") != 1 or not _HUB_ID.match(spec):
+        return False
+    return not os.path.isdir(spec.split("/", 1)[0])
+
+
+def refuse_missing_path(spec: str) -> None:
+    """One line for a local path that names nothing: never a Hub lookup, never a traceback."""
+    parent = Path(spec).parent
+    missing_parent = str(parent) not in ("", ".") and not parent.exists()
+    tilde = " (uqc does not expand ~; the shell does, unquoted)" if spec.startswith("~") else ""
+    raise ArtifactError(
+        f"{spec} does not exist (no such directory"
+        + (f"; nor does {parent}" if missing_parent else "")
+        + f"){tilde}",
+        hint="check the path; pass the directory a uqc step printed, a save_pretrained "
+        "directory, or a Hub id as org/name",
+    )
+
+
 def resolve_model_source(
     path: Path | str, role: str = "model", trust_remote_code: bool = False
 ) -> ModelSource:
@@ -44,7 +72,9 @@ def resolve_model_source(
     or a Hugging Face Hub id (`org/name`, downloaded when online)."""
     raw = str(path)
     path = Path(path)
-    if not path.exists() and _HUB_ID.match(raw):
+    if not path.exists() and not path.is_symlink():
+        if not is_hub_id(raw):
+            refuse_missing_path(raw)
         path = download_from_hub(raw)
     if (path / MANIFEST_NAME).is_file():
         artifact = open_artifact(path, expect_kind="model")
