@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 KIND_VERSIONS: dict[str, int] = {
-    "model": 1,
+    "model": 2,
     "eval": 1,
     "onnx": 1,
     "scores": 1,
@@ -19,5 +19,19 @@ KIND_VERSIONS: dict[str, int] = {
     "compare": 1,
 }
 
+
+def _model_1_to_2(raw: dict[str, Any]) -> dict[str, Any]:
+    """model 2 (issue 26): `fuse` names its parity number for what it measures (the fusion's
+    exactness vs the members with the averaged embeddings/MLP put in) and adds
+    `change_vs_members`, which version 1 never measured (left absent)."""
+    summary = raw.get("summary")
+    old_key = "max_logit_diff_vs_members"
+    if raw.get("step") == "fuse" and isinstance(summary, dict) and old_key in summary:
+        summary["fusion_exactness_max_logit_diff"] = summary.pop(old_key)
+    return raw
+
+
 # (kind, from_version) -> function turning a manifest dict of that version into the next one.
-MIGRATIONS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {}
+MIGRATIONS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {
+    ("model", 1): _model_1_to_2,
+}
