@@ -470,6 +470,8 @@ def _i26msgs_forged(tmp: Path, f: dict[str, Path], text: bool, key: str, value: 
         ),
     )
     return ["predict", str(path), "--data", str(f["test"]) if text else "builtin:digits@test"]
+
+
 def _i26paths_mistyped(tmp: Path, f: dict[str, Path]) -> list[str]:
     (tmp / "art").mkdir()
     return ["eval", str(tmp / "art" / "nope"), "--data", str(f["test"])]
@@ -1140,6 +1142,7 @@ ROWS: dict[str, tuple[Case, str]] = {
     "export --opset outside the supported range": (
         lambda t, f: ["export", str(f["vit"]), "--opset", "99", "--out", str(t / "x")],
         "--opset 99 is outside the supported range 18..23",
+    ),
     # issue 26 (paths)
     "a mistyped local model path (art/nope, art exists)": (
         _i26paths_mistyped,

@@ -363,7 +363,7 @@ def test_members_fuse_into_a_hydra_exact_vs_its_members(chain: Chain) -> None:
     info = summary(chain.hydra)
     assert info["method"] == "hydra" and info["members"] == 2
     assert info["family"] == chain.name
-    assert info["exact"] is True and info["max_logit_diff_vs_members"] < FUSE_PARITY_ATOL
+    assert info["exact"] is True and info["fusion_exactness_max_logit_diff"] < FUSE_PARITY_ATOL
     assert info["kept_heads"] == members["kept_heads"]
     assert_parity(chain.hydra, FUSE_PARITY_ATOL)
 

@@ -38,10 +38,19 @@ def vit_members(tmp_path_factory: pytest.TempPathFactory, briefly_trained_vit: P
 
 
 def test_fuse_writes_a_hydra_model_that_evaluates_like_its_members(cli, vit_members: Path) -> None:  # type: ignore[no-untyped-def]
-    hydra = ok(cli("fuse", str(vit_members)))
+    result = cli("fuse", str(vit_members))
+    hydra = ok(result)
     summary = open_artifact(Path(hydra), expect_kind="model").manifest.summary
     assert summary["members"] == 2 and summary["method"] == "hydra"
-    assert summary["exact"] is True and summary["max_logit_diff_vs_members"] < 1e-5
+    assert summary["exact"] is True and summary["fusion_exactness_max_logit_diff"] < 1e-5
+    # identical embeddings/MLPs: fusing changed nothing against the members as given
+    change = summary["change_vs_members"]
+    assert change["examples"] == 12 and change["max_logit_diff"] < 1e-5
+    assert change["agreement"] == 1.0
+    assert change["mean_mutual_info_fused"] == pytest.approx(
+        change["mean_mutual_info_members"], abs=1e-6
+    )
+    assert "warning" not in result.err
     assert summary["parameters"] < sum(summary["parameters_members"])  # MLP etc. shared
     fused = json.loads(ok(cli("eval", hydra, "--data", "builtin:digits@val", "--json")))
     apart = json.loads(ok(cli("eval", str(vit_members), "--data", "builtin:digits@val", "--json")))
@@ -79,13 +88,49 @@ def test_fused_model_fine_tunes_jointly_and_exports_with_parity(cli, vit_members
 
 
 def test_separately_finetuned_members_fuse_with_a_warning(cli, vit_members: Path) -> None:  # type: ignore[no-untyped-def]
-    tuned = ok(cli("finetune", str(vit_members), "--data", "builtin:digits@val", "--epochs", "1"))
+    """Members fine-tuned apart: the fusion is still exact against the averaged members, but
+    the change against the members as they were is large, reported, and warned about."""
+    tuned = ok(
+        cli(
+            "finetune", str(vit_members), "--data", "builtin:digits@val", "--epochs", "2",
+            "--lr", "5e-3",
+        )
+    )  # fmt: skip
     result = cli("fuse", tuned)
     hydra = ok(result)
     manifest = open_artifact(Path(hydra), expect_kind="model").manifest
-    assert manifest.summary["exact"] is False and manifest.summary["shared_weight_spread"] > 0
-    assert manifest.summary["max_logit_diff_vs_members"] < 1e-4  # vs the averaged members
+    summary = manifest.summary
+    assert summary["exact"] is False and summary["shared_weight_spread"] > 0
+    assert summary["fusion_exactness_max_logit_diff"] < 1e-4  # vs the averaged members
+    change = summary["change_vs_members"]  # vs the members as fine-tuned: measured 0.168
+    assert change["max_logit_diff"] > 0.05 > 1e3 * summary["fusion_exactness_max_logit_diff"]
+    assert change["agreement"] < 1.0  # measured 11/12
+    warnings = [line for line in result.err.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "max logit difference" in warnings[0]
     assert any("average" in w for w in manifest.warnings)
+
+
+def test_fuse_artifacts_of_model_kind_version_1_read_with_the_renamed_key(  # type: ignore[no-untyped-def]
+    cli, vit_members: Path, tmp_path: Path
+) -> None:
+    import shutil
+
+    from uqcompress.artifacts import read_manifest
+
+    old = tmp_path / "old-hydra"
+    shutil.copytree(ok(cli("fuse", str(vit_members))), old)
+    raw = json.loads((old / "manifest.json").read_text())
+    raw["kind_version"] = 1  # what uqc wrote before issue 26 item 6
+    raw["summary"]["max_logit_diff_vs_members"] = raw["summary"].pop(
+        "fusion_exactness_max_logit_diff"
+    )
+    del raw["summary"]["change_vs_members"]
+    (old / "manifest.json").write_text(json.dumps(raw))
+    summary = open_artifact(old, expect_kind="model").manifest.summary
+    assert read_manifest(old).kind_version == 2
+    assert summary["fusion_exactness_max_logit_diff"] < 1e-5
+    assert "max_logit_diff_vs_members" not in summary
+    assert json.loads(ok(cli("eval", str(old), "--data", "builtin:digits@val", "--json")))
 
 
 def test_bert_members_fuse_and_export(cli, trained_bert_artifact: Path, sentiment_csv) -> None:  # type: ignore[no-untyped-def]

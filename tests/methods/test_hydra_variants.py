@@ -30,6 +30,6 @@ def test_dinov2_with_a_swiglu_mlp_fuses_exactly(tmp_path: Path, cli: Callable[..
     )
     fused = ok(cli("fuse", members, "--out", tmp_path / "hydra"))
     summary = json.loads((Path(fused) / "manifest.json").read_text())["summary"]
-    assert summary["exact"] is True and summary["max_logit_diff_vs_members"] < 1e-4
+    assert summary["exact"] is True and summary["fusion_exactness_max_logit_diff"] < 1e-4
     weights = json.loads((Path(base) / "config.json").read_text())
     assert weights["use_swiglu_ffn"] is True

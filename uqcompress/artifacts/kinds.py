@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 KIND_VERSIONS: dict[str, int] = {
-    "model": 1,
+    "model": 2,  # 2: fuse's fusion_exactness_max_logit_diff and change_vs_members
     "eval": 2,  # 2: model-only latency_ms on every backend, latency_e2e_ms
     "onnx": 1,
     "scores": 1,
@@ -20,14 +20,26 @@ KIND_VERSIONS: dict[str, int] = {
 }
 
 
-# (kind, from_version) -> function turning a manifest dict of that version into the next one.
 def _same(raw: dict[str, Any]) -> dict[str, Any]:
     """A version whose files read as the next one's (the new keys are absent: shown as -)."""
     return raw
 
 
+def _model_1_to_2(raw: dict[str, Any]) -> dict[str, Any]:
+    """model 2 (issue 26): `fuse` names its parity number for what it measures (the fusion's
+    exactness vs the members with the averaged embeddings/MLP put in) and adds
+    `change_vs_members`, which version 1 never measured (left absent)."""
+    summary = raw.get("summary")
+    old_key = "max_logit_diff_vs_members"
+    if raw.get("step") == "fuse" and isinstance(summary, dict) and old_key in summary:
+        summary["fusion_exactness_max_logit_diff"] = summary.pop(old_key)
+    return raw
+
+
+# (kind, from_version) -> function turning a manifest dict of that version into the next one.
 MIGRATIONS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {
     # eval 1 -> 2: its latency_ms of an ONNX model included preprocessing; there is no
     # latency_e2e_ms (tables show "-"). Every other metric reads the same.
     ("eval", 1): _same,
+    ("model", 1): _model_1_to_2,
 }

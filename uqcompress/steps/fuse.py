@@ -15,6 +15,13 @@ from uqcompress.steps.common import StepResult, build_or_reuse
 # Fused members vs the members run one by one (with the averaged embeddings/MLP): the same
 # function up to float32 round-off, whatever the model size.
 PARITY_ATOL = 1e-4
+CHECK_EXAMPLES = 12  # synthetic examples (mixed lengths, padded) both fuse checks run on
+# Fused model vs the members as they were given (before averaging their embeddings/MLPs):
+# `fuse` warns on stderr when averaging changed what they compute by more than any of these.
+CHANGE_MAX_LOGIT_DIFF = 0.05  # largest |logit difference|, any example, member and class
+CHANGE_MIN_AGREEMENT = 0.99  # share of examples whose ensemble prediction is unchanged
+CHANGE_MI_RELATIVE = 0.2  # |mean MI fused - mean MI members| / mean MI members ...
+CHANGE_MI_FLOOR = 1e-3  # ... beyond this absolute change (nats), so MI near 0 never warns
 PADDING_WARNING = 0.25  # ALGORITHMS.md 6.3: warn when this share of head slots is padding
 
 
@@ -52,6 +59,7 @@ def run(
     )
 
     def build(writer: ArtifactWriter) -> None:
+        from uqcompress.export.onnx import synthetic_batch
         from uqcompress.methods.hydra import check_fusable, fuse, mlp_spread
         from uqcompress.models.loading import (
             calibration_dropped,
@@ -69,7 +77,8 @@ def run(
         check_fusable(loaded, members.names)
         stderr.print(f"[dim]fusing {len(loaded)} {loaded[0].family.name} members...[/dim]")
         hydra = fuse(loaded)
-        parity = _parity_vs_members(hydra, loaded)
+        batch = synthetic_batch(loaded[0], count=CHECK_EXAMPLES)
+        parity = _parity_vs_shared_weights(hydra, loaded, batch)
         if not parity.passed:
             raise ParityError(
                 f"the fused model differs from its members: {parity.describe()}; nothing written",
@@ -77,6 +86,7 @@ def run(
             )
         worst = parity.max_abs_diff["member_logits"]
         spread = mlp_spread(loaded)
+        change = change_vs_members(hydra, loaded, batch)
         save_model(hydra, writer.dir)
         save_parity(writer.dir, parity)
         summary = model_summary(hydra)
@@ -87,7 +97,8 @@ def run(
                 "parameters_ratio_to_members": round(
                     summary["parameters"] / sum(member_parameters), 4
                 ),
-                "max_logit_diff_vs_members": worst,
+                "fusion_exactness_max_logit_diff": worst,
+                "change_vs_members": change,
                 "shared_weight_spread": spread,
                 "exact": spread == 0.0,
             }
@@ -96,13 +107,16 @@ def run(
             if key in members.summary:
                 summary[key] = members.summary[key]
         writer.summary.update(summary)
-        if spread > 0:
-            writer.warn(
+        if (large := change_too_large(change)) is not None:
+            message = (
                 f"the members' embeddings and MLPs differ (fine-tuned separately; largest "
-                f"weight difference {spread:.3g}); the Hydra model uses their average, so "
-                "each fused member approximates its original: evaluate it, and fine-tune the "
-                "fused model briefly (uqc finetune) if it lost accuracy"
+                f"weight difference {spread:.3g}) and the Hydra model uses their average, "
+                f"which changed the members' outputs on {change['examples']} check examples: "
+                f"{large}; evaluate the fused model, and fine-tune it briefly (uqc finetune) "
+                "if it lost accuracy"
             )
+            writer.warn(message)
+            stderr.print(f"warning: {message}", style="yellow", markup=False, soft_wrap=True)
         fused: Any = hydra.model
         padding = fused.spec.padding_ratio()
         if padding > PADDING_WARNING:
@@ -114,17 +128,16 @@ def run(
     return build_or_reuse(plan, out, force, build)
 
 
-def _parity_vs_members(hydra: Any, members: list[Any]) -> Any:
-    """The shared parity check (`export/parity.py`) of the fused model against each member run
-    alone with the shared (averaged) embeddings and MLP, on a synthetic batch: all four
-    contract outputs of the ensemble, so drift in its uncertainty fails too."""
+def _parity_vs_shared_weights(hydra: Any, members: list[Any], batch: dict[str, Any]) -> Any:
+    """The exactness of the fusion: the shared parity check (`export/parity.py`) of the fused
+    model against each member run alone with the shared (averaged) embeddings and MLP put
+    in, on the synthetic check batch: all four contract outputs of the ensemble, so drift in
+    its uncertainty fails too. Says nothing about what averaging did (`change_vs_members`)."""
     import torch
 
-    from uqcompress.export.onnx import synthetic_batch
     from uqcompress.export.parity import Parity, contract_outputs
     from uqcompress.methods.hydra import shared_weight_members
 
-    batch = synthetic_batch(members[0])
     reference = shared_weight_members(members)
     with torch.inference_mode():
         fused = hydra.model(**batch).member_logits  # [B, M, C]
@@ -132,6 +145,51 @@ def _parity_vs_members(hydra: Any, members: list[Any]) -> Any:
     parity = Parity(PARITY_ATOL)
     parity.compare(contract_outputs(alone), contract_outputs(fused))
     return parity
+
+
+def change_vs_members(hydra: Any, members: list[Any], batch: dict[str, Any]) -> dict[str, Any]:
+    """What fusing did to the members as they were given (their own embeddings and MLPs), on
+    the check batch: the largest |logit difference| (any example, member, class), the share
+    of examples whose ensemble prediction (argmax of the mean probabilities) is unchanged,
+    and the ensemble's mean mutual information before and after. All 0 / 1 / equal when the
+    members' shared weights were identical."""
+    import torch
+
+    from uqcompress.export.parity import contract_outputs
+
+    with torch.inference_mode():
+        fused = hydra.model(**batch).member_logits.float()  # [B, M, C]
+        original = torch.stack([m.model(**batch).logits for m in members], dim=1).float()
+    before, after = contract_outputs(original), contract_outputs(fused)
+    same = before["probs"].argmax(dim=-1) == after["probs"].argmax(dim=-1)  # [B]
+    return {
+        "examples": int(fused.shape[0]),
+        "max_logit_diff": float((fused - original).abs().max()),
+        "agreement": int(same.sum()) / len(same),
+        "mean_mutual_info_members": float(before["mutual_info"].mean()),
+        "mean_mutual_info_fused": float(after["mutual_info"].mean()),
+    }
+
+
+def change_too_large(change: dict[str, Any]) -> str | None:
+    """Which of the CHANGE_* bounds `change` (from `change_vs_members`) exceeds, in words;
+    None when fusion kept the members' outputs within all of them."""
+    reasons = []
+    if change["max_logit_diff"] > CHANGE_MAX_LOGIT_DIFF:
+        reasons.append(
+            f"max logit difference {change['max_logit_diff']:.3g} (> {CHANGE_MAX_LOGIT_DIFF})"
+        )
+    if change["agreement"] < CHANGE_MIN_AGREEMENT:
+        reasons.append(
+            f"ensemble prediction agreement {change['agreement']:.3g} (< {CHANGE_MIN_AGREEMENT})"
+        )
+    before, after = change["mean_mutual_info_members"], change["mean_mutual_info_fused"]
+    if abs(after - before) > CHANGE_MI_RELATIVE * before + CHANGE_MI_FLOOR:
+        reasons.append(
+            f"mean mutual information {before:.3g} -> {after:.3g} "
+            f"(more than {CHANGE_MI_RELATIVE:.0%} apart)"
+        )
+    return ", ".join(reasons) if reasons else None
 
 
 def _member_inputs(inputs: list[Path]) -> MemberInputs:
