@@ -115,8 +115,7 @@ def run(
                 f"{large}; evaluate the fused model, and fine-tune it briefly (uqc finetune) "
                 "if it lost accuracy"
             )
-            writer.warn(message)
-            stderr.print(f"warning: {message}", style="yellow", markup=False, soft_wrap=True)
+            writer.warn(message)  # printed on stderr once, as every built artifact's warnings
         fused: Any = hydra.model
         padding = fused.spec.padding_ratio()
         if padding > PADDING_WARNING:
