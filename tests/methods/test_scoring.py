@@ -182,6 +182,69 @@ def test_attention_entropy_analytic_values() -> None:
     torch.testing.assert_close(attention_entropy(padded, single), torch.zeros(1, 2))
 
 
+def _uniform_causal(batch: int, heads: int, t: int) -> torch.Tensor:
+    """Each query t spread evenly over keys 0..t, zero on later keys (a causal head)."""
+    rows = torch.ones(t, t, dtype=torch.float64).tril()
+    return (rows / rows.sum(dim=-1, keepdim=True)).expand(batch, heads, t, t)
+
+
+def test_uniform_causal_head_scores_the_maximum() -> None:
+    t = 128
+    uniform = _uniform_causal(1, 2, t)
+    mask = torch.ones(1, t)
+    torch.testing.assert_close(
+        attention_entropy(uniform, mask, causal=True), torch.ones(1, 2, dtype=torch.float64)
+    )
+    # What ln of the whole row gave: sum_t ln t / (n ln n) = 0.80 at n = 128.
+    full_row = math.lgamma(t + 1) / (t * math.log(t))
+    assert full_row == pytest.approx(0.80, abs=0.005)
+    assert attention_entropy(uniform, mask)[0, 0].item() == pytest.approx(full_row, rel=1e-9)
+    # One-hot on the first key (an attention sink) scores 0 in a causal head too.
+    sink = torch.zeros(1, 1, t, t, dtype=torch.float64)
+    sink[..., 0] = 1.0
+    assert attention_entropy(sink, mask, causal=True).item() == pytest.approx(0.0, abs=1e-12)
+
+
+def test_causal_attention_entropy_with_left_padding() -> None:
+    # 2 pad tokens then 4 real: query t (real) attends the real keys up to t; a uniform row
+    # over them is 1 whatever the padded rows and keys hold. Query 2 (one key) is left out.
+    t, pad = 6, 2
+    probs = torch.zeros(1, 1, t, t, dtype=torch.float64)
+    for q in range(pad, t):
+        probs[0, 0, q, pad : q + 1] = 1.0 / (q + 1 - pad)
+    probs[0, 0, :pad] = torch.rand(pad, t, dtype=torch.float64)
+    mask = torch.tensor([[0, 0, 1, 1, 1, 1]])
+    assert attention_entropy(probs, mask, causal=True).item() == pytest.approx(1.0, rel=1e-12)
+    # Hand-computed: rows of 3 keys at (1/2, 1/4, 1/4) -> H = 1.5 ln 2, over ln 3; the rows of
+    # 2 and 4 keys uniform (1 each): mean over the 3 scored queries.
+    probs[0, 0, 4, pad:5] = torch.tensor([0.5, 0.25, 0.25], dtype=torch.float64)
+    expected = (1.0 + 1.5 * math.log(2) / math.log(3) + 1.0) / 3
+    assert attention_entropy(probs, mask, causal=True).item() == pytest.approx(expected, 1e-12)
+
+
+def test_hies_normalises_decoder_attention_per_query() -> None:
+    from uqcompress.models.factory import create_model
+
+    llama = create_model("llama", ["neg", "pos"], preset="tiny", seed=0)
+    assert llama.family.layout.causal and not tiny_bert().family.layout.causal
+    batches = text_batches(llama, TEXTS[:2], LABELS[:2], batch_size=2)
+    with torch.no_grad(), eager_attention(llama):
+        probs = attention_probabilities(
+            llama, llama.model(**model_inputs(batches[0]), output_attentions=True)
+        )
+    mask = batches[0]["attention_mask"]
+    expected = torch.stack(
+        [attention_entropy(p, mask, causal=True).double().mean(dim=0) for p in probs]
+    )
+    ae = hies_scores(llama, batches)["ae"]
+    torch.testing.assert_close(ae.double(), expected, rtol=1e-4, atol=1e-6)
+    # A freshly initialised decoder attends almost uniformly: near the maximum of 1, where
+    # ln of the whole row put it far lower.
+    assert bool((ae > 0.9).all())
+    full_row = torch.stack([attention_entropy(p, mask).double().mean(dim=0) for p in probs])
+    assert bool((full_row < 0.85).all())
+
+
 def test_padding_does_not_change_attention_entropy(bert: LoadedModel) -> None:
     short, long = TEXTS[0], TEXTS[1]
     (alone,) = text_batches(bert, [short], [1], batch_size=1)

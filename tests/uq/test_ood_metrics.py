@@ -184,10 +184,68 @@ def test_aurc_hand_computed() -> None:
     assert aurc(probs, np.array([0, 0, 0, 1])) == pytest.approx(expected, rel=1e-12)
 
 
-def test_aurc_ties_keep_input_order() -> None:
+def test_aurc_ties_are_one_threshold_group() -> None:
+    # Equal confidence: one threshold accepts both, risk 1/2 at either position, in either
+    # row order (the old stable sort gave 0.75 and 0.25).
     probs = np.full((2, 2), 0.5)  # argmax -> class 0, equal confidence
-    assert aurc(probs, np.array([1, 0])) == pytest.approx((1 + 1 / 2) / 2)
-    assert aurc(probs, np.array([0, 1])) == pytest.approx((0 + 1 / 2) / 2)
+    assert aurc(probs, np.array([1, 0])) == pytest.approx(0.5, rel=1e-12)
+    assert aurc(probs, np.array([0, 1])) == pytest.approx(0.5, rel=1e-12)
+
+
+def test_aurc_hand_computed_with_ties() -> None:
+    # conf 0.9, 0.9, 0.8, 0.6, 0.6, 0.6; errors (all labels 0) 0, 1, 0, 1, 0, 1.
+    # Groups: {0.9: 2 rows, 1 error} risk 1/2 twice; {0.8} risk 1/3; {0.6: 3 rows, 2 errors}
+    # risk 3/6 three times -> AURC = (1/2 + 1/2 + 1/3 + 1/2 * 3) / 6 = 17/36.
+    conf = np.array([0.9, 0.9, 0.8, 0.6, 0.6, 0.6])
+    wrong = np.array([0, 1, 0, 1, 0, 1], dtype=bool)
+    probs = np.stack([np.where(wrong, 1 - conf, conf), np.where(wrong, conf, 1 - conf)], axis=1)
+    labels = np.zeros(6, dtype=int)
+    assert aurc(probs, labels) == pytest.approx(17 / 36, rel=1e-12)
+    assert aurc(probs, labels) == pytest.approx(_aurc_reference(probs, labels), rel=1e-12)
+
+
+def _aurc_reference(probs: np.ndarray, labels: np.ndarray, rest: np.ndarray | None = None) -> float:
+    """Straight from the definition: each distinct confidence is a threshold; accepting every
+    example at least that confident has the error rate of the accepted ones; each example
+    weighs 1/N at its own threshold."""
+    conf = -(1.0 - probs.max(axis=1) if rest is None else rest)  # higher = more confident
+    errors = probs.argmax(axis=1) != labels
+    total = 0.0
+    for threshold in np.unique(conf):
+        accepted = conf >= threshold
+        total += np.sum(conf == threshold) * errors[accepted].mean()
+    return float(total / len(labels))
+
+
+def test_aurc_is_independent_of_row_order() -> None:
+    from uqcompress.uq.metrics import confidence_residual, softmax
+
+    rng = np.random.default_rng(7)
+    n = 200
+    # logit gaps up to 40: many float32 confidences are exactly 1.0
+    logits = rng.normal(0.0, 15.0, (n, 1, 4)).astype(np.float32)
+    probs = softmax(logits).mean(axis=1).astype(np.float32).astype(np.float64)
+    labels = rng.integers(0, 4, n)
+    assert np.sum(probs.max(axis=1) == 1.0) > 10  # ties at 1.0 in float32
+    rest = confidence_residual(logits, probs.argmax(axis=1))
+    expected = aurc(probs, labels, rest)
+    assert expected == pytest.approx(_aurc_reference(probs, labels, rest), rel=1e-12)
+    plain = aurc(probs, labels)  # ranked by float32-rounded probs, ties grouped
+    assert plain == pytest.approx(_aurc_reference(probs, labels), rel=1e-12)
+    for _ in range(10):
+        order = rng.permutation(n)
+        assert aurc(probs[order], labels[order]) == pytest.approx(plain, rel=1e-12)
+        got = aurc(probs[order], labels[order], confidence_residual(logits[order]))
+        assert got == pytest.approx(expected, rel=1e-12)
+
+
+def test_confidence_residual_separates_saturated_confidences() -> None:
+    from uqcompress.uq.metrics import confidence_residual
+
+    logits = np.array([[[20.0, 0.0]], [[30.0, 0.0]], [[50.0, 0.0]]], dtype=np.float32)
+    rest = confidence_residual(logits)
+    assert rest[0] > rest[1] > rest[2] > 0  # float32 max prob is 1.0 for all three
+    assert rest[2] == pytest.approx(np.exp(-50.0), rel=1e-9)
 
 
 def test_aurc_extremes_and_perfect_ranking_minimum() -> None:

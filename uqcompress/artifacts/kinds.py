@@ -11,7 +11,7 @@ from typing import Any
 
 KIND_VERSIONS: dict[str, int] = {
     "model": 2,  # 2: fuse's fusion_exactness_max_logit_diff and change_vs_members
-    "eval": 2,  # 2: model-only latency_ms on every backend, latency_e2e_ms
+    "eval": 2,  # 2: model-only latency_ms, latency_e2e_ms; tie-grouped float64 AURC
     "onnx": 1,
     "scores": 1,
     "members": 1,
@@ -39,7 +39,8 @@ def _model_1_to_2(raw: dict[str, Any]) -> dict[str, Any]:
 # (kind, from_version) -> function turning a manifest dict of that version into the next one.
 MIGRATIONS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {
     # eval 1 -> 2: its latency_ms of an ONNX model included preprocessing; there is no
-    # latency_e2e_ms (tables show "-"). Every other metric reads the same.
+    # latency_e2e_ms (tables show "-"); its aurc may depend on row order. Every other
+    # metric reads the same.
     ("eval", 1): _same,
     ("model", 1): _model_1_to_2,
 }

@@ -390,16 +390,20 @@ def taylor_scores(
 # --------------------------------------------------------------------------- HIES
 
 
-def attention_entropy(probs: Tensor, mask: Tensor) -> Tensor:
+def attention_entropy(probs: Tensor, mask: Tensor, causal: bool = False) -> Tensor:
     """Normalised attention entropy AE of every head, per example (HIES, §3.1).
 
-    AE_h(x) = (1 / (n log n)) * sum over valid query rows t of H(alpha_t^(h)), with
-    H(p) = -sum_k p_k ln p_k taken over the valid (non-pad) keys only and n the number of valid
-    tokens. Each query row is renormalised over the valid keys first, so probability mass that
-    leaks onto padding (additive -1e4 masks) does not count. The entropy is per query row,
-    never of pooled attention. AE is in [0, 1]: 1 for uniform rows, 0 for one-hot rows.
-    For n <= 1 the normaliser n log n is 0 and a single key has zero entropy anyway, so AE is
-    defined as 0.
+    AE_h(x) = (1 / |Q|) * sum over query rows t in Q of H(alpha_t^(h)) / ln n_t, with
+    H(p) = -sum_k p_k ln p_k over the keys query t can attend and n_t their number: the valid
+    (non-pad) keys, and with `causal` only those at or before t. ln n_t is the largest
+    entropy row t can have, so a uniform row scores 1 in a causal head as in a bidirectional
+    one (dividing by ln of the whole row's length gave a uniform causal head 0.80 at n = 128).
+    Q is the valid query rows with n_t >= 2 (a row with one key has no choice to measure: it
+    is left out, not scored 0). Without `causal`, n_t = n for every row and this is the
+    paper's (1 / (n ln n)) * sum_t H(alpha_t). Each row is renormalised over its attendable
+    keys first, so probability mass that leaks onto padding or future keys (additive masks)
+    does not count. The entropy is per query row, never of pooled attention. AE is in
+    [0, 1]: 1 for uniform rows, 0 for one-hot rows; 0 when Q is empty (n <= 1).
 
     Shape: probs `[B, H, T, T]` (query, key), mask `[B, T]` of 0/1 -> `[B, H]`
     (float32, or float64 for float64 probs).
@@ -417,17 +421,21 @@ def attention_entropy(probs: Tensor, mask: Tensor) -> Tensor:
         )
     p = probs.to(torch.promote_types(probs.dtype, torch.float32))
     valid = mask.to(device=p.device, dtype=torch.bool)  # [B, T]
-    key_valid = valid[:, None, None, :]  # [B, 1, 1, T]: broadcasts over heads and queries
-    p = torch.where(key_valid, p, torch.zeros_like(p))
+    allowed = valid[:, None, :].expand(size, queries, keys)  # [B, Tq, Tk]
+    if causal:
+        past = torch.ones(queries, keys, dtype=torch.bool, device=p.device).tril()
+        allowed = allowed & past[None]
+    p = torch.where(allowed[:, None], p, torch.zeros_like(p))
     tiny = torch.finfo(p.dtype).tiny
     p = p / p.sum(dim=-1, keepdim=True).clamp_min(tiny)
     row_entropy = -(p * torch.log(p.clamp_min(tiny))).sum(dim=-1)  # [B, H, T]
-    row_entropy = row_entropy * valid[:, None, :].to(p.dtype)  # drop padded query rows
-    n = valid.sum(dim=-1).to(p.dtype)  # [B]
-    norm = n * torch.log(n.clamp_min(1.0))  # n log n; 0 for n <= 1
-    safe = torch.where(norm > 0, norm, torch.ones_like(norm))
-    ae = row_entropy.sum(dim=-1) / safe[:, None]  # [B, H]
-    return torch.where(norm[:, None] > 0, ae, torch.zeros_like(ae))
+    n_t = allowed.sum(dim=-1).to(p.dtype)  # [B, T]: keys each query can attend
+    scored = valid & (n_t >= 2)  # [B, T]: valid queries with a choice of keys
+    log_n = torch.where(scored, torch.log(n_t.clamp_min(2.0)), torch.ones_like(n_t))
+    normalised = (row_entropy / log_n[:, None, :]) * scored[:, None, :].to(p.dtype)
+    count = scored.sum(dim=-1).to(p.dtype)  # [B]
+    ae = normalised.sum(dim=-1) / count.clamp_min(1.0)[:, None]  # [B, H]
+    return torch.where(count[:, None] > 0, ae, torch.zeros_like(ae))
 
 
 def hies_scores(
@@ -454,7 +462,8 @@ def hies_scores(
       |sum_{b in batch} s_{b,h}|, i.e. each batch contributes B * |mean_b s_{b,h}| and the total
       is divided by the N examples (a ragged last batch weighs by its size). Equal to "sample"
       for batch size 1 and never larger (triangle inequality).
-    - AE_h = (1/N) sum_b AE_h(x_b), see `attention_entropy`.
+    - AE_h = (1/N) sum_b AE_h(x_b), see `attention_entropy` (causal for decoder families:
+      each query normalised by ln of the keys it can attend).
     - Both are min-max normalised (`norm_scope` "global": over all L*H heads; "layer": within
       each layer; a constant group -> zeros), then HIES = alpha*HIS~ + (1-alpha)*(1-AE~), in
       [0, 1]. Low-entropy (focused) heads score higher.
@@ -479,6 +488,7 @@ def hies_scores(
     his[absent_slots(counts)] = math.nan
     ae = his.clone()
     examples = 0
+    causal = loaded.family.layout.causal  # AE: each query's attendable keys (decoders: <= t)
     with eager_attention(loaded):
         for step in _backward_passes(loaded, batches, per_token=True):
             assert step.head_inputs is not None and step.head_grads is not None
@@ -502,7 +512,7 @@ def hies_scores(
                 else:
                     his[layer, :num_heads] += s.sum(dim=0).abs()
                 ae[layer, :num_heads] += (
-                    attention_entropy(attention, mask).to("cpu", torch.float64).sum(dim=0)
+                    attention_entropy(attention, mask, causal).to("cpu", torch.float64).sum(dim=0)
                 )
             examples += size
     his = _sum_over_processes(his, gather)

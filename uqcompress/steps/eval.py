@@ -172,7 +172,9 @@ def run(
         member_probs = m.softmax(outputs.member_logits)  # [N, M, C]
         probs = outputs.probs
         metrics: dict[str, Any] = m.classification_metrics(probs, label_ids)
-        metrics["aurc"] = m.aurc(probs, label_ids)
+        # ranked by 1 - confidence from the logits in float64 (float32 probs tie at 1.0)
+        residual = m.confidence_residual(outputs.member_logits, np.argmax(probs, axis=1))
+        metrics["aurc"] = m.aurc(probs, label_ids, residual)
         if outputs.member_logits.shape[1] > 1:
             metrics["disagreement"] = m.disagreement(member_probs)
             metrics.update(m.uncertainty_means(member_probs))

@@ -162,7 +162,12 @@ def run(
         kind="scores",
         step="score",
         config=config,
-        id_config=fields.id_config(cfg, config),
+        # HIES's AE divides each query by ln of the keys it can attend (issue 26): a scores
+        # artifact of the earlier definition is not reused for it
+        id_config={
+            **fields.id_config(cfg, config),
+            **({"ae_normaliser": "attendable-keys"} if cfg.method == "hies" else {}),
+        },
         inputs=[source.ref],
         data=entries,
         device=cfg.device,

@@ -453,28 +453,64 @@ def ood_detection(scores_in: FloatArray, scores_out: FloatArray) -> dict[str, fl
     return {"auroc": float(auroc), "aupr": aupr, "fpr95": fpr95}
 
 
-def aurc(probs: FloatArray, labels: IntArray) -> float:
+def aurc(probs: FloatArray, labels: IntArray, residual: FloatArray | None = None) -> float:
     """Area under the risk-coverage curve of selective prediction (lower is better).
 
-    Confidence is ``conf_i = max_c p_ic`` and the prediction is ``argmax_c p_ic``. Examples
-    are sorted by confidence in decreasing order with a STABLE sort (tied confidences keep
-    their input order). With ``e_(j)`` = 1 if the j-th most confident prediction is wrong:
+    The prediction is ``argmax_c p_ic``; examples are ranked by confidence, most confident
+    first. The ranking uses ``residual`` (``1 - confidence``, e.g. `confidence_residual` of
+    the member logits, exact in float64 where ``max_c p_ic`` has rounded to 1.0) when given,
+    else ``1 - max_c p_ic`` in float64. Tied confidences form ONE threshold group: a
+    threshold accepts all of them or none, so each example of a group gets the risk at the
+    group's end, and the result does not depend on the order of the rows. With ``e_(j)`` = 1
+    if the j-th most confident prediction is wrong and ``g(k)`` the last position of the
+    tie group holding position ``k``:
 
-        ``risk(k) = (1/k) * sum_{j<=k} e_(j)``,  ``AURC = (1/N) * sum_{k=1..N} risk(k)``.
+        ``risk(k) = (1/g(k)) * sum_{j<=g(k)} e_(j)``,  ``AURC = (1/N) * sum_{k=1..N} risk(k)``.
 
-    Range ``[0, 1]``: 0 when every prediction is correct, 1 when every one is wrong. For a
-    fixed number of errors ``E`` the minimum is reached by a perfect ranking (all errors
-    least confident): ``(1/N) * sum_{k=N-E+1..N} (k - N + E) / k``.
+    Without ties this is the usual AURC. Range ``[0, 1]``: 0 when every prediction is
+    correct, 1 when every one is wrong; all confidences tied gives the error rate. For a
+    fixed number of errors ``E`` and distinct confidences the minimum is reached by a
+    perfect ranking (all errors least confident): ``(1/N) * sum_{k=N-E+1..N} (k - N + E) / k``.
 
     Shape:
-        - probs: ``[N, C]``; labels: ``[N]``; output: scalar.
+        - probs: ``[N, C]``; labels: ``[N]``; residual: ``[N]``; output: scalar.
     """
     p, y = _validate(probs, labels)
-    conf = np.max(p, axis=1)
+    n = p.shape[0]
+    if residual is None:
+        rest = 1.0 - np.max(p, axis=1)
+    else:
+        rest = np.asarray(residual, dtype=np.float64)
+        if rest.shape != (n,) or not np.all(np.isfinite(rest)):
+            raise ValueError(f"residual must be {n} finite values; got shape {rest.shape}")
     errors = (np.argmax(p, axis=1) != y).astype(np.float64)
-    order = np.argsort(-conf, kind="stable")
-    risk = np.cumsum(errors[order]) / np.arange(1, p.shape[0] + 1)
+    order = np.argsort(rest, kind="stable")  # most confident first; ties grouped below
+    ranked = rest[order]
+    cumulative = np.cumsum(errors[order])
+    # last position of each tie group, broadcast to every position of that group
+    ends = np.searchsorted(ranked, ranked, side="right") - 1
+    risk = cumulative[ends] / (ends + 1)
     return float(np.mean(risk))
+
+
+def confidence_residual(
+    member_logits: FloatArray, predicted: IntArray | None = None
+) -> npt.NDArray[np.float64]:
+    """``1 - max_c pbar_c`` of the ensemble's mean ``pbar = mean_m softmax(z_m)``, in
+    float64 without the cancellation of ``1 - p``: ``mean_m sum_{c != k} p_mc`` with ``k``
+    the predicted class (default ``argmax_c pbar_c``). It separates confidences that round
+    to 1.0 in float32 (a logit gap of 17 or more) or float64 (37 or more), for `aurc`.
+
+    Shape: member_logits ``[N, M, C]``; predicted ``[N]`` -> ``[N]``.
+    """
+    z = np.asarray(member_logits, dtype=np.float64)
+    if z.ndim != 3:
+        raise ValueError(f"member_logits must be [N, M, C]; got shape {z.shape}")
+    member = softmax(z)  # [N, M, C], float64
+    k = np.argmax(member.mean(axis=1), axis=1) if predicted is None else np.asarray(predicted)
+    others = np.ones(z.shape[::2], dtype=bool)  # [N, C]
+    others[np.arange(z.shape[0]), k] = False
+    return np.asarray((member * others[:, None, :]).sum(axis=2).mean(axis=1), dtype=np.float64)
 
 
 def disagreement(member_probs: FloatArray) -> float:

@@ -216,6 +216,7 @@ class Layout:
     pooled_token: PooledToken = "first"  # what the head reads (see PooledToken)
     layer_scale: bool = False  # sublayer outputs scaled by a learned vector (DINOv2)
     qk_norm: bool = False  # per-head norms on queries and keys (Qwen3)
+    causal: bool = False  # query t attends keys <= t only (decoders); HIES's AE reads it
 
     @property
     def pooled_width(self) -> int:

@@ -73,6 +73,7 @@ class LlamaFamily(Family):
         final_norm=True,
         pooler_activation=None,
         pooled_token="last",
+        causal=True,
     )
     extra_config_keys = ()
     # tiny and small for tests (GQA: 2 query heads per key/value head); base: Llama-3.2-1B's

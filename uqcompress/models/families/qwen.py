@@ -66,6 +66,7 @@ class Qwen3Family(LlamaFamily):
         pooler_activation=None,
         pooled_token="last",
         qk_norm=True,
+        causal=True,
     )
     extra_config_keys = ()
     # tiny: head_dim 16 > hidden / heads = 8, as in the larger Qwen3 models. base: Qwen3-0.6B.
