@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from uqcompress.errors import ArtifactError
+from uqcompress.errors import ArtifactError, ConfigError
 from uqcompress.export import contract
 
 MODES = ("dynamic", "static", "fp16")
@@ -106,6 +106,34 @@ def excluded_nodes(model: Any, pattern: str | None) -> tuple[list[str], list[str
     return kept, matched
 
 
+# the ops each int8 mode turns into integer kernels (dynamic also quantizes embeddings' Gather)
+INT8_OPS = {"dynamic": ("MatMul", "Gemm", "Gather", "Conv"), "static": STATIC_OPS}
+
+
+def check_exclude(model: Any, mode: str, pattern: str | None) -> None:
+    """Refuse an --exclude that leaves nothing to quantize (the artifact would be marked
+    int8 or float16 while every layer stays float32)."""
+    if not pattern:
+        return
+    _name_nodes(model)
+    kept, matched = excluded_nodes(model, pattern)
+    never = set(kept) | set(matched)
+    ops = INT8_OPS.get(mode)
+    left = [
+        n.name
+        for n in model.graph.node
+        if n.name not in never and (ops is None or n.op_type in ops) and n.op_type != "Constant"
+    ]
+    if not left:
+        what = "layer" if ops is None else f"{'/'.join(ops)} layer"
+        raise ConfigError(
+            f"--exclude {pattern!r} keeps every {what} outside the float32 tail in float32 "
+            f"({len(matched)} nodes matched); the {mode} artifact would quantize nothing",
+            hint="exclude fewer nodes (a pattern like 'layer\\.0\\.' over ONNX node names), or "
+            "leave out --exclude",
+        )
+
+
 @dataclass
 class QuantizeResult:
     """What was done to the graph: recorded in the metadata and the artifact's summary."""
@@ -179,6 +207,7 @@ def quantize_graph(
     model = onnx.load(str(source))
     _name_nodes(model)
     meta = {p.key: p.value for p in model.metadata_props}
+    check_exclude(model, mode, exclude)
     kept, matched = excluded_nodes(model, exclude)
     if per_channel and mode != "fp16":
         matched += [n for n in grouped_matmuls(model) if n not in matched and n not in kept]
