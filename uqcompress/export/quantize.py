@@ -318,8 +318,11 @@ def half_precision(model: Any, tail: list[str], blocked: list[str]) -> Any:
     del body.graph.node[:]
     body.graph.node.extend(copy.deepcopy(n) for n in graph.node if n.name not in tail_set)
     del body.graph.output[:]
+    # each keeps its own element type: a decoder's int64 last-token indices cross the cut too
+    types = _element_types(model)
     body.graph.output.extend(
-        helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in body_outputs
+        helper.make_tensor_value_info(name, types.get(name, TensorProto.FLOAT), None)
+        for name in body_outputs
     )
     keep_info = [v for v in body.graph.value_info if v.name not in produced_in_tail]
     del body.graph.value_info[:]
@@ -352,6 +355,29 @@ def half_precision(model: Any, tail: list[str], blocked: list[str]) -> Any:
     _sort_nodes(half.graph)
     onnx.checker.check_model(half)
     return half
+
+
+def _element_types(model: Any) -> dict[str, int]:
+    """Tensor name -> ONNX element type, from the graph's inputs, initializers, Constant
+    nodes and ONNX's type inference (the export declares few value_infos)."""
+    import onnx
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model).graph
+    except Exception:  # inference is best effort; the declared types below still count
+        inferred = model.graph
+    types: dict[str, int] = {}
+    for info in [*inferred.value_info, *inferred.input, *inferred.output]:
+        if info.type.HasField("tensor_type") and info.type.tensor_type.elem_type:
+            types[info.name] = info.type.tensor_type.elem_type
+    for tensor in model.graph.initializer:
+        types[tensor.name] = tensor.data_type
+    for node in model.graph.node:
+        if node.op_type == "Constant":
+            for attr in node.attribute:
+                if attr.name == "value":
+                    types[node.output[0]] = attr.t.data_type
+    return types
 
 
 def _sort_nodes(graph: Any) -> None:
