@@ -1147,6 +1147,21 @@ ROWS: dict[str, tuple[Case, str]] = {
     "a mistyped local model path (art/nope, art exists)": (
         _i26paths_mistyped,
         "does not exist (no such directory)",
+    # issue 26 (quant)
+    "quantize --exclude that matches every node": (
+        lambda t, f: ["quantize", str(f["vit_onnx"]), "--exclude", ".*", "--data", str(f["test"])],
+        "--exclude '.*' keeps every MatMul/Gemm/Gather/Conv layer outside the float32 tail",
+    ),
+    "quantize --max-auroc-drop without --ood": (
+        lambda t, f: [
+            "quantize",
+            str(f["vit_onnx"]),
+            "--max-auroc-drop",
+            "0.05",
+            "--data",
+            str(f["test"]),
+        ],
+        "--max-auroc-drop 0.05 bounds the OOD AUROC drop, but no --ood data is given",
     ),
 }
 

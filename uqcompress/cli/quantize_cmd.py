@@ -83,9 +83,13 @@ def quantize(
         float, typer.Option("--max-nll-delta", help="Gate: largest |NLL change| (nats).")
     ] = 0.02,
     max_auroc_drop: Annotated[
-        float,
-        typer.Option("--max-auroc-drop", help="Gate, with --ood: largest drop of OOD AUROC."),
-    ] = 0.01,
+        float | None,
+        typer.Option(
+            "--max-auroc-drop",
+            help="Gate, with --ood only: largest drop of OOD AUROC \\[default: 0.01].",
+            show_default=False,
+        ),
+    ] = None,
     max_coverage_delta: Annotated[
         float,
         typer.Option(

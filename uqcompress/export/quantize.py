@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from uqcompress.errors import ArtifactError
+from uqcompress.errors import ArtifactError, ConfigError
 from uqcompress.export import contract
 
 MODES = ("dynamic", "static", "fp16")
@@ -106,6 +106,34 @@ def excluded_nodes(model: Any, pattern: str | None) -> tuple[list[str], list[str
     return kept, matched
 
 
+# the ops each int8 mode turns into integer kernels (dynamic also quantizes embeddings' Gather)
+INT8_OPS = {"dynamic": ("MatMul", "Gemm", "Gather", "Conv"), "static": STATIC_OPS}
+
+
+def check_exclude(model: Any, mode: str, pattern: str | None) -> None:
+    """Refuse an --exclude that leaves nothing to quantize (the artifact would be marked
+    int8 or float16 while every layer stays float32)."""
+    if not pattern:
+        return
+    _name_nodes(model)
+    kept, matched = excluded_nodes(model, pattern)
+    never = set(kept) | set(matched)
+    ops = INT8_OPS.get(mode)
+    left = [
+        n.name
+        for n in model.graph.node
+        if n.name not in never and (ops is None or n.op_type in ops) and n.op_type != "Constant"
+    ]
+    if not left:
+        what = "layer" if ops is None else f"{'/'.join(ops)} layer"
+        raise ConfigError(
+            f"--exclude {pattern!r} keeps every {what} outside the float32 tail in float32 "
+            f"({len(matched)} nodes matched); the {mode} artifact would quantize nothing",
+            hint="exclude fewer nodes (a pattern like 'layer\\.0\\.' over ONNX node names), or "
+            "leave out --exclude",
+        )
+
+
 @dataclass
 class QuantizeResult:
     """What was done to the graph: recorded in the metadata and the artifact's summary."""
@@ -179,6 +207,7 @@ def quantize_graph(
     model = onnx.load(str(source))
     _name_nodes(model)
     meta = {p.key: p.value for p in model.metadata_props}
+    check_exclude(model, mode, exclude)
     kept, matched = excluded_nodes(model, exclude)
     if per_channel and mode != "fp16":
         matched += [n for n in grouped_matmuls(model) if n not in matched and n not in kept]
@@ -289,8 +318,11 @@ def half_precision(model: Any, tail: list[str], blocked: list[str]) -> Any:
     del body.graph.node[:]
     body.graph.node.extend(copy.deepcopy(n) for n in graph.node if n.name not in tail_set)
     del body.graph.output[:]
+    # each keeps its own element type: a decoder's int64 last-token indices cross the cut too
+    types = _element_types(model)
     body.graph.output.extend(
-        helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in body_outputs
+        helper.make_tensor_value_info(name, types.get(name, TensorProto.FLOAT), None)
+        for name in body_outputs
     )
     keep_info = [v for v in body.graph.value_info if v.name not in produced_in_tail]
     del body.graph.value_info[:]
@@ -323,6 +355,29 @@ def half_precision(model: Any, tail: list[str], blocked: list[str]) -> Any:
     _sort_nodes(half.graph)
     onnx.checker.check_model(half)
     return half
+
+
+def _element_types(model: Any) -> dict[str, int]:
+    """Tensor name -> ONNX element type, from the graph's inputs, initializers, Constant
+    nodes and ONNX's type inference (the export declares few value_infos)."""
+    import onnx
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model).graph
+    except Exception:  # inference is best effort; the declared types below still count
+        inferred = model.graph
+    types: dict[str, int] = {}
+    for info in [*inferred.value_info, *inferred.input, *inferred.output]:
+        if info.type.HasField("tensor_type") and info.type.tensor_type.elem_type:
+            types[info.name] = info.type.tensor_type.elem_type
+    for tensor in model.graph.initializer:
+        types[tensor.name] = tensor.data_type
+    for node in model.graph.node:
+        if node.op_type == "Constant":
+            for attr in node.attribute:
+                if attr.name == "value":
+                    types[node.output[0]] = attr.t.data_type
+    return types
 
 
 def _sort_nodes(graph: Any) -> None:

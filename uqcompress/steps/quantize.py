@@ -26,6 +26,7 @@ from uqcompress.steps.common import StepResult, build_or_reuse
 MODES = ("dynamic", "static", "fp16")  # export/quantize.py MODES (not imported: no onnx here)
 CALIBRATION_METHODS = ("minmax", "entropy", "percentile")
 DRIFT_FILE = "drift.json"
+DEFAULT_AUROC_DROP = 0.01  # --max-auroc-drop with --ood
 # what the float32 export's summary says that stays true of its quantized copy
 KEPT_SUMMARY = (
     "format",
@@ -55,7 +56,8 @@ class QuantizeConfig:
     min_agreement: float = 0.99
     max_ece_delta: float = 0.01
     max_nll_delta: float = 0.02
-    max_auroc_drop: float = 0.01
+    # None: 0.01 with --ood; set without --ood it would bound nothing, so it is refused
+    max_auroc_drop: float | None = None
     max_coverage_delta: float = 0.02
     batch_size: int = fields.runtime(64)
     text_column: str = fields.runtime("text")
@@ -103,12 +105,20 @@ class QuantizeConfig:
             ("max_auroc_drop", self.max_auroc_drop),
             ("max_coverage_delta", self.max_coverage_delta),
         ):
-            if value < 0:
+            if value is not None and value < 0:
                 flag = fields.flag(name)
+                default = getattr(QuantizeConfig, name)
                 problems.add(
                     f"{flag} {value} must be 0 or more",
-                    hint=f"pass {flag} {getattr(QuantizeConfig, name):g} (the default)",
+                    hint=f"pass {flag} {DEFAULT_AUROC_DROP if default is None else default:g}"
+                    " (the default)",
                 )
+        if self.max_auroc_drop is not None and not self.ood:
+            problems.add(
+                f"--max-auroc-drop {self.max_auroc_drop:g} bounds the OOD AUROC drop, but no "
+                "--ood data is given, so it would check nothing",
+                hint="pass --ood DATA (out-of-distribution examples) or leave out --max-auroc-drop",
+            )
         if self.exclude is not None:
             try:
                 re.compile(self.exclude)
@@ -126,7 +136,9 @@ class QuantizeConfig:
             min_agreement=self.min_agreement,
             max_ece_delta=self.max_ece_delta,
             max_nll_delta=self.max_nll_delta,
-            max_auroc_drop=self.max_auroc_drop,
+            max_auroc_drop=DEFAULT_AUROC_DROP
+            if self.max_auroc_drop is None
+            else self.max_auroc_drop,
             max_coverage_delta=self.max_coverage_delta,
         )
 
@@ -188,6 +200,14 @@ def run(
     cfg.validate()
     require_onnxruntime()
     artifact = _open_export(Path(onnx_artifact))
+    if cfg.exclude:
+        import onnx
+
+        from uqcompress.export import contract
+        from uqcompress.export.quantize import check_exclude
+
+        graph = onnx.load(str(artifact.path / contract.ONNX_FILE), load_external_data=False)
+        check_exclude(graph, cfg.mode, cfg.exclude)  # before any data is read
     assert cfg.data is not None  # validate() refuses a missing --data
     summary = artifact.manifest.summary
     input_kind = str(summary.get("input_kind", ""))
