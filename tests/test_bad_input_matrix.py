@@ -477,6 +477,12 @@ def _i26paths_mistyped(tmp: Path, f: dict[str, Path]) -> list[str]:
     return ["eval", str(tmp / "art" / "nope"), "--data", str(f["test"])]
 
 
+def _i26paths_out_is_data(tmp: Path, f: dict[str, Path]) -> list[str]:
+    data = tmp / "t.csv"
+    shutil.copy(f["test"], data)
+    return ["predict", str(f["bert"]), "--data", str(data), "--out", str(data), "--force"]
+
+
 ROWS: dict[str, tuple[Case, str]] = {
     "missing path": (
         lambda t, f: ["eval", str(t / "nope"), "--data", str(f["test"])],
@@ -1162,6 +1168,10 @@ ROWS: dict[str, tuple[Case, str]] = {
             str(f["test"]),
         ],
         "--max-auroc-drop 0.05 bounds the OOD AUROC drop, but no --ood data is given",
+    ),
+    "predict --out FILE --force where FILE is its --data": (
+        _i26paths_out_is_data,
+        "overlaps the input",
     ),
 }
 

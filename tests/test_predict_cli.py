@@ -96,3 +96,32 @@ def test_predict_photo_patches_with_vit_export(cli: Callable[..., Any], vit_onnx
     entropies = [r["entropy"] for r in records]
     assert max(entropies) <= math.log(10) + 1e-6
     assert max(entropies) > min(entropies)  # per-example values, not one constant
+
+
+def test_predict_out_never_overwrites_its_own_input(  # type: ignore[no-untyped-def]
+    cli: Callable[..., Any], tiny_bert_artifact: Path, sentiment_csv: dict[str, Path], tmp_path
+) -> None:
+    """Issue 26 item 16: `--out t.csv --force` where t.csv is --data (also through a symlink
+    or a hard link) is refused in one line and the data file is untouched."""
+    import shutil
+
+    from uqcompress.models.factory import create_model
+    from uqcompress.models.loading import save_model
+
+    data = tmp_path / "t.csv"
+    shutil.copy(sentiment_csv["test"], data)
+    before = data.read_bytes()
+    (tmp_path / "link.csv").symlink_to(data)
+    os.link(data, tmp_path / "hard.csv")
+    for out in (data, tmp_path / "link.csv", tmp_path / "hard.csv"):
+        result = cli("predict", tiny_bert_artifact, "--data", data, "--out", out, "--force")
+        assert result.code == 1 and result.out == "", result.err
+        lines = result.err.strip().splitlines()
+        assert len(lines) == 1 and "overlaps the input" in lines[0], result.err
+        assert data.read_bytes() == before
+    plain = tmp_path / "plain"  # a transformers folder as the model: not inside an artifact
+    save_model(create_model("bert", ["neg", "pos"]), plain)
+    inside = cli("predict", plain, "--data", data, "--out", plain / "p.jsonl")
+    assert inside.code == 1 and "overlaps the input" in inside.err
+    assert not (plain / "p.jsonl").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hard.csv", "link.csv", "plain", "t.csv"]

@@ -196,3 +196,19 @@ def test_bad_image_folders(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(DataError, match=r"holds no \.png/\.jpg/\.jpeg/\.webp/\.bmp images"):
         load_data(str(tmp_path / "empty"))
+
+
+def test_an_output_inside_an_input_data_folder_is_refused(  # type: ignore[no-untyped-def]
+    cli, tmp_path: Path, tiny_vit_artifact: Path
+) -> None:
+    """Issue 26 item 16: an artifact written into the image folder it reads would become a new
+    class of that data; every output path is checked against every input, data included."""
+    _write_digit_pngs(tmp_path / "pngs", "val")
+    before = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*"))
+    for out in (tmp_path / "pngs" / "eval", tmp_path / "pngs"):
+        result = cli(
+            "eval", tiny_vit_artifact, "--data", tmp_path / "pngs", "--out", out, "--force"
+        )
+        assert result.code == 1 and result.out == "", result.err
+        assert "overlaps the input" in result.err and len(result.err.strip().splitlines()) == 1
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == before

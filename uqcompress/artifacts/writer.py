@@ -140,6 +140,36 @@ def destination_path(plan: OutputPlan, out: Path | None) -> Path:
     return Path(out) if out is not None else default_root() / f"{plan.kind}-{plan.id[:8]}"
 
 
+def local_data_paths(data: list[dict[str, Any]]) -> list[Path]:
+    """The local files and folders among a plan's data specs (`builtin:` and `hf:` are not)."""
+    paths = []
+    for item in data:
+        spec = item.get("spec")
+        if isinstance(spec, str) and spec and not spec.startswith(("builtin:", "hf:")):
+            paths.append(Path(spec))
+    return paths
+
+
+def refuse_output_over_inputs(dest: Path, what: str, inputs: list[Path]) -> None:
+    """Raise if the output `dest` is one of the command's inputs (model, data file, data or
+    image folder), lies inside one, or contains one: compared as real paths (symlinks
+    resolved, hard links by inode), so `--out t.csv --force` can never overwrite `--data t.csv`."""
+    target = Path(os.path.realpath(dest))
+    for given in inputs:
+        source = Path(os.path.realpath(given))
+        same = target == source
+        if not same and target.exists() and source.exists():
+            try:
+                same = os.path.samefile(target, source)
+            except OSError:
+                same = False
+        if same or source in target.parents or target in source.parents:
+            raise ArtifactError(
+                f"{what} overlaps the input {given}; a command never writes over its inputs",
+                hint="choose an --out that is not an input (model, --data or another input file)",
+            )
+
+
 def uqc_manifest_json(path: Path) -> dict[str, Any] | None:
     """The parsed JSON of ``path`` if it is a regular file holding a uqcompress manifest
     (schema tag), however damaged the rest of it is; else None."""

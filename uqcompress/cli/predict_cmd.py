@@ -100,7 +100,10 @@ def predict(
             raise ConfigError(too_many[0], hint=too_many[1])
     model_path = resolve_input(model)
     if out is not None:
-        check_destination(out, force)
+        inputs = [model_path]
+        if not data.startswith(("builtin:", "hf:")):
+            inputs.append(Path(data))
+        check_destination(out, force, inputs)
     resolved_device, resolved_threads = setup_compute(device, threads)
     examples = load_data(
         data, text_column=text_column, require_labels=False, text_pair_column=text_pair_column

@@ -15,7 +15,12 @@ from uqcompress.artifacts import (
     clean_stale_temp_dirs,
     resolve_destination,
 )
-from uqcompress.artifacts.writer import destination_path, is_uqc_manifest
+from uqcompress.artifacts.writer import (
+    destination_path,
+    is_uqc_manifest,
+    local_data_paths,
+    refuse_output_over_inputs,
+)
 from uqcompress.errors import ArtifactError
 from uqcompress.runtime.console import stderr, user
 from uqcompress.runtime.distributed import is_main_process
@@ -38,6 +43,7 @@ def _refuse_unsafe_destination(dest: Path, out_given: bool, plan: OutputPlan) ->
                 f"{what} overlaps the input {ref.path}; steps never modify their inputs",
                 hint="choose an --out outside the input artifacts",
             )
+    refuse_output_over_inputs(dest, what, local_data_paths(plan.data))
     try:
         cwd = Path.cwd().resolve()
     except OSError:  # the working directory was deleted: nothing of it left to protect

@@ -42,10 +42,10 @@ class Shard:
     abstain: npt.NDArray[np.bool_] | None
 
 
-def check_destination(out: Path, force: bool) -> None:
-    """`--out FILE`: a file path, not a folder, not inside an artifact; an existing file only
-    with --force."""
-    from uqcompress.artifacts.writer import is_uqc_manifest
+def check_destination(out: Path, force: bool, inputs: list[Path] | None = None) -> None:
+    """`--out FILE`: a file path, not a folder, not inside an artifact, not an input (the model,
+    the --data file or folder); an existing file only with --force."""
+    from uqcompress.artifacts.writer import is_uqc_manifest, refuse_output_over_inputs
 
     if out.is_dir():
         raise ConfigError(
@@ -59,6 +59,7 @@ def check_destination(out: Path, force: bool) -> None:
                 "existing artifact",
                 hint="choose an --out outside every artifact",
             )
+    refuse_output_over_inputs(out, f"--out {out}", inputs or [])
     if out.exists() and not force:
         raise ArtifactError(
             f"--out {out} already exists", hint="pass --force to replace it, or another --out"
