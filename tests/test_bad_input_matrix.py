@@ -1153,6 +1153,7 @@ ROWS: dict[str, tuple[Case, str]] = {
     "a mistyped local model path (art/nope, art exists)": (
         _i26paths_mistyped,
         "does not exist (no such directory)",
+    ),
     # issue 26 (quant)
     "quantize --exclude that matches every node": (
         lambda t, f: ["quantize", str(f["vit_onnx"]), "--exclude", ".*", "--data", str(f["test"])],
