@@ -483,6 +483,23 @@ def _i26paths_out_is_data(tmp: Path, f: dict[str, Path]) -> list[str]:
     return ["predict", str(f["bert"]), "--data", str(data), "--out", str(data), "--force"]
 
 
+def _i26hydra_blank_text_csv(tmp: Path) -> Path:
+    """A CSV whose second row's text is whitespace only: no real token once tokenised."""
+    path = tmp / "blank.csv"
+    path.write_text('text,label\ngood film,pos\n"   ",neg\n', encoding="utf-8")
+    return path
+
+
+def _i26hydra_bert_onnx(f: dict[str, Path]) -> Path:
+    """The untrained tiny BERT exported to ONNX once per session (beside the matrix members)."""
+    from uqcompress.steps import export
+
+    out = f["root"].parent / "i26hydra-bert-onnx"
+    if not out.exists():
+        export.run(f["bert"], export.ExportConfig(format="onnx"), out)
+    return out
+
+
 ROWS: dict[str, tuple[Case, str]] = {
     "missing path": (
         lambda t, f: ["eval", str(t / "nope"), "--data", str(f["test"])],
@@ -1173,6 +1190,20 @@ ROWS: dict[str, tuple[Case, str]] = {
     "predict --out FILE --force where FILE is its --data": (
         _i26paths_out_is_data,
         "overlaps the input",
+    ),
+    # issue 26 (hydra)
+    "eval on a CSV row whose text is whitespace only": (
+        lambda t, f: ["eval", str(f["bert"]), "--data", str(_i26hydra_blank_text_csv(t))],
+        "example 2 of 2 has no real token",
+    ),
+    "predict an ONNX export on a CSV row whose text is whitespace only": (
+        lambda t, f: [
+            "predict",
+            str(_i26hydra_bert_onnx(f)),
+            "--data",
+            str(_i26hydra_blank_text_csv(t)),
+        ],
+        "has no real token",
     ),
 }
 

@@ -51,6 +51,17 @@ class NonFiniteError(UqcError):
     infinite: nothing measured from them can be trusted, so nothing is written."""
 
 
+def empty_text_error(where: str) -> DataError:
+    """The one error for a text input with no real token, raised by every path that encodes
+    text (torch `data.encoding.encode`, the ONNX `Predictor`): the model would read only
+    padding or special tokens there, and what a fused Hydra or a decoder's last-token head
+    returns for that is not defined, so uqc refuses it rather than inventing an output."""
+    return DataError(
+        f"{where} has no real token (empty, whitespace or only special tokens)",
+        hint="fill in or drop the rows whose text is empty",
+    )
+
+
 class DependencyError(UqcError):
     """An optional dependency (ONNX Runtime extra, ...) that is not installed."""
 

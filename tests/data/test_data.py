@@ -333,6 +333,23 @@ def test_encode_text_counts_truncation(bert_loaded: LoadedModel) -> None:
     assert short.labels is ids
 
 
+@pytest.mark.parametrize("family", ["bert", "qwen2"])
+@pytest.mark.parametrize("blank", ["", "   ", "\t\n", "[CLS] [SEP]"])
+def test_encode_refuses_a_text_with_no_real_token(family: str, blank: str) -> None:
+    """Issue 26 item 11: a row that tokenises to padding or special tokens only (BERT:
+    [CLS] [SEP]; Qwen2: nothing at all, a fully padded row) is one DataError naming it."""
+    from uqcompress.models.factory import create_model
+
+    loaded = create_model(family, ["neg", "pos"], preset="tiny")
+    data = _text_data(["good movie", "bad", blank, "fine"])
+    with pytest.raises(DataError, match="texts: example 3 of 4 has no real token") as info:
+        encode(data, loaded, np.zeros(4, dtype=np.int64))
+    assert info.value.hint is not None and "empty" in info.value.hint
+    kept = encode(_text_data(["good movie", "a", "☃☃"]), loaded, np.zeros(3, dtype=np.int64))
+    assert kept.input_ids is not None and len(kept.input_ids) == 3  # one real token is enough
+    assert kept.input_ids[2] == [2, loaded.tokenizer.unk_token_id, 3]  # [UNK] is real text
+
+
 def test_encode_image_applies_saved_preprocessing(
     vit_loaded: LoadedModel, digits: dict[str, LabeledData]
 ) -> None:

@@ -75,6 +75,21 @@ def test_text_predictor_equals_torch_with_padding(
     assert predictor.labels == ["neg", "pos"] and predictor.members == 1
 
 
+@pytest.mark.parametrize("blank", ["", "  ", "[CLS] [SEP]"])
+def test_text_predictor_refuses_a_text_with_no_real_token(bert_onnx: Path, blank: str) -> None:
+    """Issue 26 item 11: the ONNX path refuses what torch `encode` refuses, naming the text by
+    its place in the whole list (not in its batch)."""
+    from uqcompress.errors import DataError
+
+    predictor = Predictor(bert_onnx)
+    texts = ["good film"] * 5 + [blank, "bad film"]
+    with pytest.raises(DataError, match=r"text 6 \(counting from 1\) has no real token"):
+        predictor.predict_texts(texts, batch_size=2)
+    with pytest.raises(DataError, match="has no real token"):
+        predictor.encode_texts([blank])
+    assert predictor.predict_texts(["a"]).probs.shape == (1, 2)
+
+
 def test_image_predictor_equals_torch(vit_onnx: Path, tiny_vit_artifact: Path) -> None:
     source = load_data("builtin:digits@test").images
     assert source is not None

@@ -76,6 +76,27 @@ def test_fused_members_equal_members_run_alone(family: str, keeps: list[Any]) ->
     assert (reference[:, 0] - reference[:, 1]).abs().max() > 1e-4
 
 
+@pytest.mark.parametrize("family", ["bert", "qwen2"])
+def test_rows_of_only_special_tokens_fuse_like_the_members(family: str) -> None:
+    """Issue 26 item 11: the shortest row the data layer lets through (an empty text: [CLS]
+    [SEP], then padding; rows with no token at all are refused there) gives the fused model
+    the members' logits: the head pools where the members pool."""
+    members = _members(family, [[[0, 1], [2, 3]], [[2, 3], [0, 1]]])  # whole GQA groups
+    tokenizer = members[0].tokenizer
+    assert tokenizer is not None
+    empty = tokenizer([""])["input_ids"][0]  # special tokens only
+    assert empty and set(empty) <= set(tokenizer.all_special_ids)
+    ids = torch.full((3, 7), int(tokenizer.pad_token_id or 0))
+    mask = torch.zeros_like(ids)
+    ids[0, : len(empty)] = torch.tensor(empty)
+    mask[0, : len(empty)] = 1
+    ids[1], mask[1] = torch.randint(5, 700, (7,), generator=torch.Generator().manual_seed(1)), 1
+    ids[2, :3], mask[2, :3] = torch.tensor([empty[0], 40, empty[-1]]), 1
+    batch = {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+    fused, reference = _fused(fuse(members), batch), _alone(members, batch)
+    assert torch.allclose(fused, reference, atol=1e-5, rtol=0), (fused - reference).abs().max()
+
+
 @pytest.mark.parametrize("family", ["vit", "bert"])
 def test_members_with_different_mlps_equal_the_averaged_reference(family: str) -> None:
     members = _members(family, UNEVEN)

@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from uqcompress.data.dataset import LabeledData
-from uqcompress.errors import ConfigError, DataError
+from uqcompress.errors import ConfigError, DataError, empty_text_error
 
 if TYPE_CHECKING:
     from torch.utils.data import DataLoader
@@ -265,17 +265,33 @@ def encode(
         id_chunks.append(ids)
         if kept_types is not None:
             type_chunks.append(kept_types)
+    input_ids = TokenRows.from_chunks(id_chunks, np.int32)
+    special = set(loaded.tokenizer.all_special_ids) - {loaded.tokenizer.unk_token_id}
+    refuse_empty_texts(input_ids, sorted(special), data.spec)
     pad = loaded.tokenizer.pad_token_id
     return EncodedData(
         input_kind="text",
         labels=label_ids,
-        input_ids=TokenRows.from_chunks(id_chunks, np.int32),
+        input_ids=input_ids,
         pad_token_id=int(pad if pad is not None else 0),
         pad_left=getattr(loaded.tokenizer, "padding_side", "right") == "left",
         truncated=truncated,
         workers=workers,
         token_type_ids=TokenRows.from_chunks(type_chunks, np.int8) if type_chunks else None,
     )
+
+
+def refuse_empty_texts(rows: TokenRows, special_ids: list[int], spec: str) -> None:
+    """Refuse the first row of token ids with no token but the tokenizer's special ones
+    (`special_ids`: its special tokens but the unknown one, which stands for real text).
+
+    Shape: rows N rows of token ids (flat `[total tokens]` with offsets `[N + 1]`).
+    """
+    real = ~np.isin(rows.values, np.asarray(special_ids, dtype=rows.values.dtype))  # [total]
+    counts = np.diff(np.concatenate([[0], np.cumsum(real, dtype=np.int64)])[rows.offsets])  # [N]
+    empty = np.flatnonzero(counts == 0)
+    if len(empty):
+        raise empty_text_error(f"{spec}: example {int(empty[0]) + 1} of {len(rows)}")
 
 
 def encode_images(

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from uqcompress.errors import ArtifactError, DataError
+from uqcompress.errors import ArtifactError, DataError, empty_text_error
 from uqcompress.export import contract
 from uqcompress.runtime.paths import safe_join
 from uqcompress.uq.calibration import Calibration, abstain_scores, abstains
@@ -50,6 +50,17 @@ def _providers(device: str) -> list[str]:
 
 
 _CONTRACT_HINT = "export the model with uqc export --format onnx"
+
+
+def special_token_ids(tokenizer: Any) -> frozenset[int]:
+    """The ids of a `tokenizers.Tokenizer`'s special tokens ([CLS], [SEP], [PAD], ...) but
+    its unknown token, which stands for real text: what `transformers`' `all_special_ids`
+    holds, less `unk_token_id`, as `data.encoding.encode` counts them."""
+    special = {i for i, token in tokenizer.get_added_tokens_decoder().items() if token.special}
+    unknown = getattr(tokenizer.model, "unk_token", None)
+    if unknown is not None and (unknown_id := tokenizer.token_to_id(unknown)) is not None:
+        special.discard(unknown_id)
+    return frozenset(special)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -418,6 +429,7 @@ class Predictor:
         self.calibration = spec.calibration
         spec.check_graph(self.session)
         self._tokenizer: Any = None
+        self._special_ids: frozenset[int] = frozenset()
         if self.input_kind == "text":
             spec.check_text_tables(*graph_tables(onnx_path))
             tokenizer_path = safe_join(
@@ -441,6 +453,7 @@ class Predictor:
                 ) from exc
             self._tokenizer.no_padding()
             self._tokenizer.enable_truncation(int(self.preprocessing["max_length"]))
+            self._special_ids = special_token_ids(self._tokenizer)
 
     # -- inputs ---------------------------------------------------------------------------
 
@@ -469,11 +482,13 @@ class Predictor:
             )
 
     def encode_texts(
-        self, texts: list[str], pairs: list[str] | None = None
+        self, texts: list[str], pairs: list[str] | None = None, first: int = 0
     ) -> dict[str, npt.NDArray[np.int64]]:
         """Tokenise, truncate and pad to the longest text; with ``pairs``, each text and its
         pair text as one input (the tokenizer's pair template, the longer one truncated
-        first), with token types 0 and 1 where the model uses them.
+        first), with token types 0 and 1 where the model uses them. A text (with its pair)
+        that has no real token is refused, named by its index plus ``first`` (the position
+        of this batch in the caller's list).
 
         Shape: each of input_ids, attention_mask, token_type_ids `[N, T]` int64.
         """
@@ -484,6 +499,12 @@ class Predictor:
         if pairs is not None:
             inputs = [(str(t), str(p)) for t, p in zip(texts, pairs, strict=True)]
         encodings = self._tokenizer.encode_batch(inputs)
+        for i, encoding in enumerate(encodings):
+            if all(
+                flag or token in self._special_ids
+                for flag, token in zip(encoding.special_tokens_mask, encoding.ids, strict=True)
+            ):
+                raise empty_text_error(f"text {first + i + 1} (counting from 1)")
         width = max(len(e.ids) for e in encodings)
         pad = int(self.preprocessing.get("pad_token_id", 0))
         ids = np.full((len(texts), width), pad, dtype=np.int64)
@@ -604,7 +625,9 @@ class Predictor:
             len(texts),
             batch_size,
             lambda s: self.encode_texts(
-                texts[s.start : s.stop], pairs[s.start : s.stop] if pairs is not None else None
+                texts[s.start : s.stop],
+                pairs[s.start : s.stop] if pairs is not None else None,
+                first=s.start,
             ),
         )
 

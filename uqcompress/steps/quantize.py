@@ -261,6 +261,7 @@ def _batches(predictor: Any, data: Any, limit: int | None, size: int) -> list[di
             predictor.encode_texts(
                 data.texts[start : min(n, start + size)],
                 pairs[start : min(n, start + size)] if pairs is not None else None,
+                first=start,
             )
             for start in range(0, n, size)
         ]
