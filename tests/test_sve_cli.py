@@ -88,3 +88,30 @@ def test_svd_ensemble_bad_inputs(
         cli("export", str(tiny_vit_artifact), "--materialize", "--out", str(out)), "Singular Value"
     )
     assert not out.exists()
+
+
+def test_extra_biases_option_and_the_paper_default(  # type: ignore[no-untyped-def]
+    cli, tmp_path: Path, sentiment_csv: dict[str, Path]
+) -> None:
+    """issue 26 item 9: by default no per-member bias on a decoder's bias-free projections;
+    --extra-biases adds them, counted apart from the paper's overhead; both reload."""
+    from uqcompress.artifacts import open_artifact
+    from uqcompress.models.loading import load_model, resolve_model_source
+    from uqcompress.models.sve_model import SVDLinear
+
+    base = ok(cli("init", "--family", "llama", "--labels", "neg,pos", "--out", str(tmp_path / "b")))
+    summaries, counts = [], []
+    for flags in ([], ["--extra-biases"]):
+        out = tmp_path / ("sve" + "".join(flags))
+        args = ["svd-ensemble", base, "--data", str(sentiment_csv["train"]), "--members", "2"]
+        path = ok(cli(*args, "--epochs", "1", "--out", str(out), *flags))
+        summaries.append(open_artifact(Path(path)).manifest.summary)
+        loaded = load_model(resolve_model_source(Path(path)))
+        layers = [m for m in loaded.model.modules() if isinstance(m, SVDLinear)]
+        counts.append(sum(m.bias is not None for m in layers))
+    paper, extra = summaries
+    assert counts[0] == 0 and counts[1] > 0
+    assert paper["parameters_added_biases"] == 0 < extra["parameters_added_biases"]
+    assert paper["parameters_extra"] == extra["parameters_extra"]
+    assert paper["parameter_overhead"] == extra["parameter_overhead"]
+    assert extra["parameter_overhead_with_added_biases"] > extra["parameter_overhead"]

@@ -184,3 +184,66 @@ def test_each_folded_member_equals_a_dense_model_with_its_own_weights(family: st
             want = dense.eval()(**batch).logits
         assert torch.allclose(folded[:, m], want, atol=1e-5), m
     assert (folded[:, 0] - folded[:, 1]).abs().max() > 1e-4
+
+
+# --------------------------------------------------------------- biases (issue 26 item 9)
+
+
+def _svd_layers(sve: Any) -> dict[str, Any]:
+    from uqcompress.models.sve_model import SVDLinear
+
+    return {n: m for n, m in sve.model.inner.named_modules() if isinstance(m, SVDLinear)}
+
+
+def test_layers_without_bias_get_no_member_bias_by_default() -> None:
+    base = create_model("llama", LABELS, preset="tiny")  # no projection has a bias
+    sve: Any = build_sve(base, 4, "default", None, 0.01, 0)
+    layers = _svd_layers(sve)
+    assert layers and all(base.model.get_submodule(n).bias is None for n in layers)
+    assert all(layer.bias is None for layer in layers.values())
+    assert sve.model.spec.biases == [False] * len(layers)
+    extra: Any = build_sve(base, 4, "default", None, 0.01, 0, extra_biases=True)
+    assert all(layer.bias is not None for layer in _svd_layers(extra).values())
+    # the members' singular values are the same draws either way
+    for name, layer in _svd_layers(extra).items():
+        assert torch.equal(layer.singular_values, layers[name].singular_values)
+    # BERT's projections all have biases: kept, as before
+    bert: Any = build_sve(create_model("bert", LABELS, preset="tiny"), 2, "default", None, 0.01, 0)
+    assert all(layer.bias is not None for layer in _svd_layers(bert).values())
+
+
+def test_overhead_counts_added_biases_apart() -> None:
+    base = create_model("llama", LABELS, preset="tiny")
+    members = 4
+    paper: Any = build_sve(base, members, "default", None, 0.01, 0)
+    extra: Any = build_sve(base, members, "default", None, 0.01, 0, extra_biases=True)
+    layers = _svd_layers(paper)
+    values = sum(layer.rank for layer in layers.values())
+    head = base.model.get_submodule(base.family.classifier_name(base.model))
+    head_size = head.weight.numel() + head.out_features  # each member's head has a bias
+    expected = (members - 1) * (values + head_size)  # singular values and heads only
+    a = parameter_report(base.model, paper.model)
+    b = parameter_report(base.model, extra.model)
+    assert a.extra == b.extra == expected
+    assert a.added_biases == 0
+    assert b.added_biases == members * sum(layer.out_features for layer in layers.values())
+    assert b.overhead_with_added_biases > b.overhead == a.overhead == expected / a.base
+    assert a.trainable + b.added_biases == b.trainable
+
+
+def test_an_sve_spec_without_biases_loads_as_before() -> None:
+    from uqcompress.models.sve_model import SVESpec
+
+    old = SVESpec(2, ["a", "b"], [4, 4], 0.01, 0)
+    raw = old.to_dict()
+    assert "biases" not in raw  # an SVE made before the option: every target had biases
+
+    class Config:
+        pass
+
+    config: Any = Config()
+    setattr(config, "uqc_sve", raw)  # noqa: B010
+    spec = SVESpec.from_config(config)
+    assert spec.biases is None and spec.has_bias(0) and spec.has_bias(1)
+    config.uqc_sve = {**raw, "biases": [True, False]}
+    assert SVESpec.from_config(config).biases == [True, False]

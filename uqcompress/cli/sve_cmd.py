@@ -88,6 +88,15 @@ def svd_ensemble(
             "model without a trained head, else copy).",
         ),
     ] = "auto",
+    extra_biases: Annotated[
+        bool,
+        typer.Option(
+            "--extra-biases",
+            help="Give every target layer per-member biases, also layers without a bias "
+            "(Llama/Qwen projections); counted apart from the paper's overhead. Default: "
+            "the paper's SVE, members' biases only where the model has biases.",
+        ),
+    ] = False,
     epochs: Annotated[int, typer.Option("--epochs", help="Passes over the data.")] = 3,
     lr: Annotated[
         float, typer.Option("--lr", help="Peak learning rate (singular values, biases, heads).")
@@ -138,6 +147,7 @@ def svd_ensemble(
         "targets": targets,
         "rank": rank,
         "heads": heads,
+        "extra_biases": extra_biases,
         "epochs": epochs,
         "lr": lr,
         "weight_decay": weight_decay,

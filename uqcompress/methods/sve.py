@@ -109,17 +109,21 @@ def build_sve(
     sigma_init: float,
     seed: int,
     fresh_heads: bool = False,
+    extra_biases: bool = False,
 ) -> LoadedModel:
     """The SVE model of a classifier: targets swapped for SVD layers, M heads: each a copy of
     the base head (post-hoc, on a fine-tuned classifier), or with `fresh_heads` each member's
     own random head, drawn as transformers initialises a classifier (N(0, initializer_range^2),
     bias 0) but differently per member (the paper's protocol from a pretrained backbone).
+    Per-member biases only on targets that have a bias (the paper's SVE); `extra_biases`
+    gives every target one (zero-initialised plus noise where it had none).
     The input `loaded` is left as it was."""
 
     names = resolve_targets(loaded, targets)
     inner: Any = copy.deepcopy(loaded.model)
     ranks = target_ranks(inner, names, rank)
-    spec = SVESpec(members, names, ranks, sigma_init, seed)
+    biases = [extra_biases or inner.get_submodule(n).bias is not None for n in names]
+    spec = SVESpec(members, names, ranks, sigma_init, seed, biases)
     generator = torch.Generator().manual_seed(seed)
     std = float(getattr(loaded.config, "initializer_range", 0.02)) if fresh_heads else None
     install_layers(inner, spec, generator, loaded.family.classifier_name(inner), std)
@@ -140,7 +144,10 @@ def materialize(model: SVEModel) -> SVEModel:
             grouped = GroupedLinear(module.members, module.in_features, module.out_features)
             with torch.no_grad():
                 grouped.weight.copy_(module.dense_weight())
-                grouped.bias.copy_(module.bias[:, None, :])
+                if module.bias is not None:
+                    grouped.bias.copy_(module.bias[:, None, :])
+                else:
+                    grouped.bias.zero_()
             replace_module(dense.inner, name, grouped.to(module.u.device, module.u.dtype))
     return dense
 
@@ -149,13 +156,22 @@ def materialize(model: SVEModel) -> SVEModel:
 class ParameterReport:
     base: int  # every parameter of the base model, embeddings included
     trainable: int  # singular values, member biases and heads of all M members
-    extra: int  # what M members add over the base: (M - 1) x (one member's own parameters)
+    # What M members add over the base as the paper counts it: (M - 1) x (one member's
+    # singular values, existing biases and head); the biases added where the base had none
+    # (--extra-biases) are not in it, but in `added_biases`.
+    extra: int
     stored: int  # tensors in the SVE checkpoint (U and V once, members' vectors, frozen rest)
     stored_base: int  # tensors in the base checkpoint
+    added_biases: int = 0  # M x out of every target whose base linear has no bias
 
     @property
     def overhead(self) -> float:
+        """The paper's overhead: extra parameters over the base's."""
         return self.extra / self.base
+
+    @property
+    def overhead_with_added_biases(self) -> float:
+        return (self.extra + self.added_biases) / self.base
 
     @property
     def stored_ratio(self) -> float:
@@ -165,16 +181,22 @@ class ParameterReport:
 def parameter_report(base: nn.Module, sve: SVEModel) -> ParameterReport:
     """Parameter counts of the SVE model against its base (see `ParameterReport`)."""
     members = sve.members
-    per_member = 0
-    for module in sve.modules():
+    per_member = added = 0
+    for name, module in sve.inner.named_modules():
         if isinstance(module, (SVDLinear, GroupedLinear)):
             per_member += sum(p.numel() for p in module.parameters()) // members
+        if isinstance(module, SVDLinear) and module.bias is not None:
+            original: Any = base.get_submodule(name)
+            if getattr(original, "bias", None) is None:  # added: not the paper's
+                per_member -= module.out_features
+                added += module.bias.numel()
     return ParameterReport(
         base=sum(p.numel() for p in base.parameters()),
         trainable=sum(p.numel() for p in sve.parameters() if p.requires_grad),
         extra=(members - 1) * per_member,
         stored=sum(t.numel() for t in sve.state_dict().values()),
         stored_base=sum(t.numel() for t in base.state_dict().values()),
+        added_biases=added,
     )
 
 

@@ -36,15 +36,25 @@ class SVESpec:
     ranks: list[int]  # per target
     sigma_init: float
     seed: int
+    # Per target: whether its SVD layer has per-member biases. The paper's SVE trains the
+    # existing biases only (a layer without one gets none); None: every target has them (as
+    # every SVE made before `biases` was recorded, and with --extra-biases).
+    biases: list[bool] | None = None
+
+    def has_bias(self, index: int) -> bool:
+        return True if self.biases is None else self.biases[index]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        raw: dict[str, Any] = {
             "members": self.members,
             "targets": self.targets,
             "ranks": self.ranks,
             "sigma_init": self.sigma_init,
             "seed": self.seed,
         }
+        if self.biases is not None:
+            raw["biases"] = self.biases
+        return raw
 
     @classmethod
     def from_config(cls, config: Any) -> SVESpec:
@@ -55,6 +65,7 @@ class SVESpec:
             ranks=[int(r) for r in raw["ranks"]],
             sigma_init=float(raw["sigma_init"]),
             seed=int(raw["seed"]),
+            biases=[bool(b) for b in raw["biases"]] if raw.get("biases") is not None else None,
         )
 
 
@@ -70,14 +81,21 @@ class SVDLinear(nn.Module):
     # pretrained spectrum towards 0 instead of regularising the members' differences.
     NO_WEIGHT_DECAY = ("singular_values",)
 
-    def __init__(self, members: int, in_features: int, out_features: int, rank: int) -> None:
+    bias: nn.Parameter | None
+
+    def __init__(
+        self, members: int, in_features: int, out_features: int, rank: int, bias: bool = True
+    ) -> None:
         super().__init__()
         self.members, self.in_features, self.out_features = members, in_features, out_features
         # Buffers: saved with the model, never trained (no gradient, not in the optimiser).
         self.register_buffer("u", torch.zeros(out_features, rank))
         self.register_buffer("v", torch.zeros(in_features, rank))
         self.singular_values = nn.Parameter(torch.zeros(members, rank))
-        self.bias = nn.Parameter(torch.zeros(members, out_features))
+        if bias:
+            self.bias = nn.Parameter(torch.zeros(members, out_features))
+        else:
+            self.register_parameter("bias", None)
 
     @property
     def rank(self) -> int:
@@ -91,31 +109,38 @@ class SVDLinear(nn.Module):
         rank: int,
         sigma_init: float,
         generator: torch.Generator,
+        bias: bool = True,
     ) -> SVDLinear:
-        """Decompose `linear` (float64 SVD, truncated to `rank`) and draw the members' noise."""
+        """Decompose `linear` (float64 SVD, truncated to `rank`) and draw the members' noise;
+        without `bias`, no per-member bias (the bias noise is drawn all the same, so the
+        other layers' draws do not depend on it)."""
         weight = linear.weight.detach().to(torch.float64).cpu()
         u, s, vh = torch.linalg.svd(weight, full_matrices=False)
-        layer = cls(members, linear.in_features, linear.out_features, rank)
-        bias = (
+        layer = cls(members, linear.in_features, linear.out_features, rank, bias)
+        base_bias = (
             linear.bias.detach().to(torch.float64).cpu()
             if linear.bias is not None
             else torch.zeros(linear.out_features, dtype=torch.float64)
         )
         eps = torch.randn(members, rank, generator=generator, dtype=torch.float64) * sigma_init
-        bias_scale = sigma_init * float(bias.pow(2).mean().sqrt()) if bias.numel() else 0.0
+        rms = float(base_bias.pow(2).mean().sqrt()) if base_bias.numel() else 0.0
+        bias_scale = sigma_init * rms
         eta = torch.randn(members, linear.out_features, generator=generator, dtype=torch.float64)
         with torch.no_grad():
             layer.u.copy_(u[:, :rank])
             layer.v.copy_(vh[:rank].t())
             layer.singular_values.copy_(s[:rank] * (1 + eps))
-            layer.bias.copy_(bias + eta * bias_scale)
+            if layer.bias is not None:
+                layer.bias.copy_(base_bias + eta * bias_scale)
         return layer.to(linear.weight.device, linear.weight.dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
         z = torch.matmul(x.reshape(self.members, -1, self.in_features), self.v)  # [M, N, r]
         z = z * self.singular_values.clamp(min=0)[:, None, :]
-        out = torch.matmul(z, self.u.t()) + self.bias[:, None, :]  # [M, N, out]
+        out = torch.matmul(z, self.u.t())  # [M, N, out]
+        if self.bias is not None:
+            out = out + self.bias[:, None, :]
         return out.reshape(*lead, self.out_features)
 
     def dense_weight(self) -> torch.Tensor:
@@ -178,12 +203,15 @@ def install_layers(
     own draw: weights ~ N(0, fresh_heads^2), bias 0, one after another from the generator."""
     from uqcompress.models.surgery import replace_module
 
-    for name, rank in zip(spec.targets, spec.ranks, strict=True):
+    for index, (name, rank) in enumerate(zip(spec.targets, spec.ranks, strict=True)):
         linear = inner.get_submodule(name)
+        bias = spec.has_bias(index)
         if generator is None:
-            layer = SVDLinear(spec.members, linear.in_features, linear.out_features, rank)
+            layer = SVDLinear(spec.members, linear.in_features, linear.out_features, rank, bias)
         else:
-            layer = SVDLinear.from_linear(linear, spec.members, rank, spec.sigma_init, generator)
+            layer = SVDLinear.from_linear(
+                linear, spec.members, rank, spec.sigma_init, generator, bias
+            )
         replace_module(inner, name, layer)
     head: nn.Linear = inner.get_submodule(classifier)
     heads = GroupedLinear(spec.members, head.in_features, head.out_features)

@@ -29,6 +29,9 @@ class SVEConfig(fields.TrainingOptions):
     rank: str = "full"  # or a number: every target truncated to that rank
     # auto: fresh heads for a base without a trained head, else copies of its head
     heads: str = fields.added("auto")
+    # the paper's SVE: per-member biases only where the base has biases; True: on every
+    # target (what every SVE before this option did, so it keeps their ids)
+    extra_biases: bool = fields.added(False, omit=True)
     epochs: int = 3
     lr: float = 1e-3
     weight_decay: float = 0.01
@@ -126,6 +129,7 @@ def run(
                 cfg.sigma_init,
                 cfg.seed,
                 fresh_heads=fresh,
+                extra_biases=cfg.extra_biases,
             )
             built["sve"] = sve.model
             return sve
@@ -151,7 +155,9 @@ def run(
                 "parameters_base": report.base,
                 "parameters_trainable": report.trainable,
                 "parameters_extra": report.extra,
-                "parameter_overhead": round(report.overhead, 6),
+                "parameter_overhead": round(report.overhead, 6),  # as the paper counts it
+                "parameters_added_biases": report.added_biases,
+                "parameter_overhead_with_added_biases": round(report.overhead_with_added_biases, 6),
                 "stored_values": report.stored,
                 "stored_values_base": report.stored_base,
                 "stored_ratio_to_base": round(report.stored_ratio, 4),
