@@ -854,6 +854,10 @@ ROWS: dict[str, tuple[Case, str]] = {
         ],
         "--max-auroc-drop 0.05 bounds the OOD AUROC drop, but no --ood data is given",
     ),
+    "quantize --calib-size above its bound": (
+        lambda t, f: ["quantize", str(f["vit_onnx"]), "--calib-size", "100000", "--data", "x"],
+        "--calib-size 100000 must be in [1, 4096]",
+    ),
 }
 
 
