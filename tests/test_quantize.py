@@ -297,3 +297,22 @@ def test_fp16_loads_and_keeps_outputs_on_every_family(
     for key in contract.OUTPUT_NAMES:
         assert got[key].dtype == np.float32 and got[key].shape == want[key].shape
     assert np.abs(got["probs"] - want["probs"]).max() < 1e-2
+
+
+def test_static_calibrates_on_a_seeded_sample_and_gates_on_the_other_rows(
+    cli,  # type: ignore[no-untyped-def]
+    exports: dict[str, tuple[Path, str]],
+) -> None:
+    """Issue 26 item 7: the gate was measured on the very rows that calibrated."""
+    from uqcompress.steps.quantize import calibration_split
+
+    fp32, data = exports["bert"]
+    out = Path(ok(cli("quantize", str(fp32), "--mode", "static", "--data", data)))
+    summary = open_artifact(out).manifest.summary
+    rows = summary["drift_rows"]
+    assert rows["calibration"] == 20 and rows["gate"] == 20  # 40 rows: at most half calibrate
+    assert summary["drift_examples"] == 20
+    calib, gate = calibration_split(40, 128, 0)
+    assert not set(calib) & set(gate) and len(calib) + len(gate) == 40
+    assert calib != list(range(20))  # a random sample, not the first rows in file order
+    assert calibration_split(40, 128, 1)[0] != calib

@@ -64,8 +64,15 @@ def quantize(
     ] = None,
     calib_size: Annotated[
         int,
-        typer.Option("--calib-size", help="--mode static: calibration examples from --data."),
+        typer.Option(
+            "--calib-size",
+            help="--mode static: calibration examples, a seeded random sample of at most "
+            "half of --data (the other rows gate); 1 to 4096.",
+        ),
     ] = 128,
+    seed: Annotated[
+        int, typer.Option("--seed", help="--mode static: which rows of --data calibrate.")
+    ] = 0,
     calib_method: Annotated[
         str,
         typer.Option(
@@ -120,6 +127,7 @@ def quantize(
         "per_channel": per_channel,
         "exclude": exclude,
         "calib_size": calib_size,
+        "seed": seed,
         "calib_method": calib_method,
         "min_agreement": min_agreement,
         "max_ece_delta": max_ece_delta,

@@ -26,6 +26,7 @@ from uqcompress.steps.common import StepResult, build_or_reuse
 MODES = ("dynamic", "static", "fp16")  # export/quantize.py MODES (not imported: no onnx here)
 CALIBRATION_METHODS = ("minmax", "entropy", "percentile")
 DRIFT_FILE = "drift.json"
+MAX_CALIB_SIZE = 4096  # calibration holds every batch's activations: keep memory finite
 DEFAULT_AUROC_DROP = 0.01  # --max-auroc-drop with --ood
 # what the float32 export's summary says that stays true of its quantized copy
 KEPT_SUMMARY = (
@@ -52,6 +53,7 @@ class QuantizeConfig:
     per_channel: bool = False
     exclude: str | None = None
     calib_size: int = 128
+    seed: int = 0  # --mode static: which rows of --data calibrate (the others gate)
     calib_method: str = "minmax"
     min_agreement: float = 0.99
     max_ece_delta: float = 0.01
@@ -86,9 +88,10 @@ class QuantizeConfig:
                 f"unknown --calib-method {self.calib_method!r}",
                 hint=f"use one of: {', '.join(CALIBRATION_METHODS)}",
             )
-        if self.calib_size < 1:
+        if not 1 <= self.calib_size <= MAX_CALIB_SIZE:
             problems.add(
-                f"--calib-size {self.calib_size} must be at least 1", hint="pass --calib-size 128"
+                f"--calib-size {self.calib_size} must be in [1, {MAX_CALIB_SIZE}]",
+                hint="pass --calib-size 128",
             )
         if self.batch_size < 1:
             problems.add(
@@ -247,6 +250,36 @@ def run(
     return build_or_reuse(plan, out, force, build)
 
 
+def calibration_split(n: int, calib_size: int, seed: int) -> tuple[list[int], list[int]]:
+    """(calibration rows, gate rows) of `n`: a seeded random sample of at most `calib_size`
+    rows (and at most half) calibrates; the gate runs on the others, never in-sample."""
+    import numpy as np
+
+    from uqcompress.errors import DataError
+
+    if n < 2:
+        raise DataError(
+            f"--mode static needs at least 2 rows of --data (calibration and gate rows); got {n}",
+            hint="pass more labelled examples with --data",
+        )
+    order = np.random.default_rng(seed).permutation(n)
+    k = max(1, min(calib_size, n // 2))
+    return sorted(int(i) for i in order[:k]), sorted(int(i) for i in order[k:])
+
+
+def _subset(data: Any, rows: list[int]) -> Any:
+    """The rows `rows` of `data` (same spec and fingerprint: the split is in the summary)."""
+    import dataclasses
+
+    return dataclasses.replace(
+        data,
+        labels=[data.labels[i] for i in rows] if data.labels is not None else None,
+        texts=[data.texts[i] for i in rows] if data.texts is not None else None,
+        text_pairs=[data.text_pairs[i] for i in rows] if data.text_pairs is not None else None,
+        images=data.images.subset(rows) if data.images is not None else None,
+    )
+
+
 def _batches(predictor: Any, data: Any, limit: int | None, size: int) -> list[dict[str, Any]]:
     """Encoded input batches of the first `limit` examples, preprocessed by the Predictor
     (as it preprocesses in deployment); a sampling model's noise drawn per batch."""
@@ -293,11 +326,17 @@ def _build(
 
     source_onnx = artifact.path / contract.ONNX_FILE
     reference = Predictor(artifact.path, device=cfg.device, threads=cfg.threads)
-    calibration = (
-        _batches(reference, data, cfg.calib_size, CALIBRATION_BATCH)
-        if cfg.mode == "static"
-        else None
-    )
+    calibration = None
+    rows = {"gate": len(data), "calibration": 0, "split": "all rows of --data gate"}
+    if cfg.mode == "static":
+        calib_rows, gate_rows = calibration_split(len(data), cfg.calib_size, cfg.seed)
+        calibration = _batches(reference, _subset(data, calib_rows), None, CALIBRATION_BATCH)
+        data = _subset(data, gate_rows)
+        rows = {
+            "gate": len(gate_rows),
+            "calibration": len(calib_rows),
+            "split": f"seeded random sample (--seed {cfg.seed}) calibrates, the other rows gate",
+        }
     target = writer.dir / contract.ONNX_FILE
     stderr.print(f"[dim]quantizing {user(artifact.path)} ({cfg.mode})...[/dim]")
     work = writer.dir / ".work"
@@ -357,6 +396,7 @@ def _build(
             "fp32_onnx_bytes": fp32_bytes,
             "size_ratio": round(size / fp32_bytes, 4),
             "drift_examples": drift.examples,
+            "drift_rows": rows,
             "drift_agreement": drift.agreement,
             "drift_max_abs_probs": drift.max_abs_diff["probs"],
             "drift_deltas": drift.deltas,
