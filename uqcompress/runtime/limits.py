@@ -44,7 +44,7 @@ COUNT_LIMITS: dict[str, CountLimit] = {
     ),
     "samples": CountLimit(1024, "one forward pass per sample; the papers use 10-30"),
     "sample_chunk": CountLimit(1024, "samples run at once; at most --samples' own bound"),
-    "calib_size": CountLimit(10_000, "calibration examples are held in memory at once"),
+    "calib_size": CountLimit(4096, "calibration holds every example's activations at once"),
     "calib_pool": CountLimit(1_000_000, "the pool is read and shuffled in memory"),
     "epochs": CountLimit(10_000, "passes over the data"),
     "max_steps": CountLimit(10_000_000, "optimizer steps"),
