@@ -858,6 +858,17 @@ ROWS: dict[str, tuple[Case, str]] = {
         _i26paths_out_is_data,
         "overlaps the input",
     ),
+    "predict --out with a file name over 255 bytes": (
+        lambda t, f: [
+            "predict",
+            str(f["bert"]),
+            "--data",
+            str(f["test"]),
+            "--out",
+            str(t / ("p" * 300)),
+        ],
+        "File name too long",
+    ),
 }
 
 
