@@ -1209,6 +1209,17 @@ ROWS: dict[str, tuple[Case, str]] = {
         lambda t, f: ["quantize", str(f["vit_onnx"]), "--calib-size", "100000", "--data", "x"],
         "--calib-size 100000 is more than 4,096",
     ),
+    "predict --out with a file name over 255 bytes": (
+        lambda t, f: [
+            "predict",
+            str(f["bert"]),
+            "--data",
+            str(f["test"]),
+            "--out",
+            str(t / ("p" * 300)),
+        ],
+        "File name too long",
+    ),
 }
 
 

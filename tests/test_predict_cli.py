@@ -125,3 +125,84 @@ def test_predict_out_never_overwrites_its_own_input(  # type: ignore[no-untyped-
     assert inside.code == 1 and "overlaps the input" in inside.err
     assert not (plain / "p.jsonl").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hard.csv", "link.csv", "plain", "t.csv"]
+
+
+@pytest.mark.parametrize(
+    ("code", "needle"),
+    [
+        (28, "No space left on device"),  # ENOSPC
+        (30, "Read-only file system"),  # EROFS
+        (27, "File too large"),  # EFBIG
+        (36, "File name too long"),  # ENAMETOOLONG
+    ],
+)
+def test_predict_environment_faults_are_one_line(  # type: ignore[no-untyped-def]
+    cli: Callable[..., Any],
+    tiny_bert_artifact: Path,
+    sentiment_csv: dict[str, Path],
+    tmp_path,
+    monkeypatch: pytest.MonkeyPatch,
+    code: int,
+    needle: str,
+) -> None:
+    """Issue 26 item 23: a full disk, a read-only mount, `ulimit -f`, a name too long while
+    predict installs --out: one line naming the fault, no traceback, no temp file left."""
+    import errno
+
+    assert errno.errorcode[code] in ("ENOSPC", "EROFS", "EFBIG", "ENAMETOOLONG")
+    out = tmp_path / "preds" / "p.jsonl"
+    real_replace = os.replace
+
+    def failing_replace(src: Any, dst: Any) -> None:
+        if Path(dst) == out:
+            raise OSError(code, os.strerror(code), str(dst))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", failing_replace)
+    result = cli("predict", tiny_bert_artifact, "--data", sentiment_csv["test"], "--out", out)
+    assert result.code == 1 and result.out == "", result.err
+    lines = result.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], result.err
+    assert "(fix: " in lines[0] and "Traceback" not in result.err
+    assert list(out.parent.iterdir()) == []
+
+
+def test_predict_under_a_file_size_limit_is_one_line(  # type: ignore[no-untyped-def]
+    tiny_bert_artifact: Path, sentiment_csv: dict[str, Path], tmp_path
+) -> None:
+    """`ulimit -f`: the kernel refuses the write with EFBIG (Python ignores SIGXFSZ)."""
+    import resource
+    import subprocess
+    import sys
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (2000, 2000))
+
+    out = tmp_path / "p.jsonl"
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "uqcompress", "predict", str(tiny_bert_artifact)]
+    command += ["--data", str(sentiment_csv["test"]), "--out", str(out)]
+    done = subprocess.run(
+        command, capture_output=True, text=True, env=env, preexec_fn=limit, timeout=300
+    )
+    assert done.returncode == 1 and done.stdout == "", done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "File too large" in lines[0] and "ulimit -f" in lines[0]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_250_character_out_name_is_accepted(  # type: ignore[no-untyped-def]
+    cli: Callable[..., Any], tiny_bert_artifact: Path, sentiment_csv: dict[str, Path], tmp_path
+) -> None:
+    """The temp name beside a valid 250-byte --out stays within 255 bytes."""
+    out = tmp_path / ("p" * 244 + ".jsonl")
+    assert len(out.name) == 250
+    result = cli("predict", tiny_bert_artifact, "--data", sentiment_csv["test"], "--out", out)
+    assert result.code == 0, result.err
+    assert [p.name for p in tmp_path.iterdir()] == [out.name]
+    folder = tmp_path / ("e" * 250)
+    evaluated = cli("eval", tiny_bert_artifact, "--data", sentiment_csv["test"], "--out", folder)
+    assert evaluated.code == 0, evaluated.err
+    assert (folder / "manifest.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([out.name, folder.name])

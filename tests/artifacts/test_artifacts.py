@@ -235,3 +235,34 @@ def test_every_file_of_an_artifact_gets_the_umask_mode(tmp_path: Path, umask: in
     assert "model.safetensors" in modes and "manifest.json" in modes
     assert set(modes.values()) == {0o666 & ~umask}, modes
     assert path.stat().st_mode & 0o777 == 0o777 & ~umask
+
+
+@pytest.mark.parametrize("code", [28, 30, 27])  # ENOSPC, EROFS, EFBIG
+def test_environment_faults_while_writing_an_artifact_are_one_line(  # type: ignore[no-untyped-def]
+    cli, tiny_bert_artifact: Path, sentiment_csv: dict[str, Path], tmp_path: Path, monkeypatch, code
+) -> None:
+    """Issue 26 item 23: the fault raised where the artifact writer installs its manifest
+    gives one line (what, and the fix) and leaves no temp folder; an existing artifact stays."""
+    real_replace = os.replace
+
+    def failing_replace(src, dst) -> None:  # type: ignore[no-untyped-def]
+        if Path(dst).name == "manifest.json":
+            raise OSError(code, os.strerror(code), str(dst))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", failing_replace)
+    out = tmp_path / "out" / "eval"
+    result = cli("eval", tiny_bert_artifact, "--data", sentiment_csv["test"], "--out", out)
+    assert result.code == 1 and result.out == "", result.err
+    lines = result.err.strip().splitlines()
+    assert len(lines) == 1 and os.strerror(code) in lines[0] and "(fix: " in lines[0]
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_sibling_temp_names_fit_in_255_bytes() -> None:
+    from uqcompress.artifacts.writer import sibling_temp_name
+
+    name = "é" * 125  # 250 bytes
+    temp = sibling_temp_name(name, ".tmp-12345-abcdef01-12345678")
+    assert len(temp.encode()) <= 255 and temp.endswith(".tmp-12345-abcdef01-12345678")
+    assert sibling_temp_name("short", ".old-1") == ".short.old-1"

@@ -48,6 +48,19 @@ def _host_tag() -> str:
     return hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
 
 
+NAME_MAX = 255  # bytes per path part on every common file system
+
+
+def sibling_temp_name(name: str, suffix: str) -> str:
+    """`.<name><suffix>` for a temp file or folder beside `name`, cut to NAME_MAX bytes: a
+    valid 250-byte --out must not fail because its temp name is longer. Only the copy of
+    `name` is shortened (whole characters), so the suffix (pid, random part) stays parseable."""
+    keep = name
+    while len(f".{keep}{suffix}".encode()) > NAME_MAX and keep:
+        keep = keep[:-1]
+    return f".{keep}{suffix}"
+
+
 _ROOT: ContextVar[Path | None] = ContextVar("uqc_artifacts_root", default=None)
 
 
@@ -341,8 +354,8 @@ class ArtifactWriter:
                 f"cannot create the output folder {parent}: {exc.strerror or exc}",
                 hint="choose an --out in a writable directory",
             ) from exc
-        self.dir = parent / (
-            f".{self.dest.name}{TMP_MARKER}{os.getpid()}-{secrets.token_hex(4)}-{_host_tag()}"
+        self.dir = parent / sibling_temp_name(
+            self.dest.name, f"{TMP_MARKER}{os.getpid()}-{secrets.token_hex(4)}-{_host_tag()}"
         )
 
     def __enter__(self) -> ArtifactWriter:
@@ -442,7 +455,9 @@ class ArtifactWriter:
             elif self.force or self._stale_at_dest():
                 # Checked again here: the folder may have changed while the step ran.
                 refuse_unless_replaceable(self.dest)
-                trash = self.dest.parent / f".{self.dest.name}.old-{secrets.token_hex(4)}"
+                trash = self.dest.parent / sibling_temp_name(
+                    self.dest.name, f".old-{secrets.token_hex(4)}"
+                )
                 try:
                     os.rename(self.dest, trash)
                 except OSError as exc:

@@ -8,6 +8,7 @@ command bodies, so `uqc --help` stays instant.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import sys
@@ -195,7 +196,37 @@ def _failure(exc: BaseException) -> int:
         message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
         sys.stderr.write(f"error: {message}{where}\n")
         return code
+    environment = _environment_fault(exc)
+    if environment is not None:
+        if os.environ.get("UQC_DEBUG"):
+            raise exc
+        _error(_escape(environment))
+        return 1
     raise exc  # anything else is a bug and keeps its traceback
+
+
+# Faults of the machine, not of uqc: a full disk, a read-only mount, a file size limit, a name
+# too long. The writers already removed their temp files; one line says what and how to fix it.
+_ENVIRONMENT_FIXES = {
+    errno.ENOSPC: "free some space, or choose an --out on another file system",
+    errno.EDQUOT: "free some of your quota, or choose an --out on another file system",
+    errno.EROFS: "choose an --out on a writable file system",
+    errno.EFBIG: "raise the file size limit (ulimit -f unlimited), or write to a file system "
+    "that allows larger files",
+    errno.ENAMETOOLONG: "choose a shorter --out name (at most 255 bytes per path part)",
+}
+
+
+def _environment_fault(exc: BaseException) -> str | None:
+    """The one line of an OSError the environment caused, or None for any other exception."""
+    if not isinstance(exc, OSError) or exc.errno not in _ENVIRONMENT_FIXES:
+        return None
+    reason = exc.strerror or os.strerror(exc.errno)
+    where = f" ({exc.filename})" if exc.filename else ""
+    return (
+        f"{reason}{where}; no output was installed and nothing existing was changed "
+        f"(fix: {_ENVIRONMENT_FIXES[exc.errno]})"
+    )
 
 
 def _escape(text: str) -> str:

@@ -20,6 +20,7 @@ from uqcompress.artifacts.writer import (
     is_uqc_manifest,
     local_data_paths,
     refuse_output_over_inputs,
+    sibling_temp_name,
 )
 from uqcompress.errors import ArtifactError
 from uqcompress.runtime.console import stderr, user
@@ -150,7 +151,7 @@ RESUME_SUFFIX = ".resume"
 def checkpoint_folder(dest: Path) -> Path:
     """The cache folder beside an output where its run keeps resumable checkpoints: never
     inside the artifact, removed when the run completes."""
-    return dest.parent / f".{dest.name}{RESUME_SUFFIX}"
+    return dest.parent / sibling_temp_name(dest.name, RESUME_SUFFIX)
 
 
 def checkpointing(cfg: Any, writer: ArtifactWriter) -> Any:

@@ -125,7 +125,9 @@ def write_predictions(
     if main:
         if out is not None:
             out.parent.mkdir(parents=True, exist_ok=True)
-            partial = out.parent / f".{out.name}.partial-{os.getpid()}"
+            from uqcompress.artifacts.writer import sibling_temp_name
+
+            partial = out.parent / sibling_temp_name(out.name, f".partial-{os.getpid()}")
             sink = partial.open("w", encoding="utf-8")
         else:
             sink = tempfile.TemporaryFile("w+", encoding="utf-8")  # noqa: SIM115
@@ -184,8 +186,10 @@ def write_predictions(
             shutil.copyfileobj(sink, stdout)
             stdout.flush()
     finally:
-        if sink is not None:
-            sink.close()
-        if partial is not None:
-            partial.unlink(missing_ok=True)
+        try:
+            if sink is not None:
+                sink.close()  # flushing may fail again (a full disk, ulimit -f) ...
+        finally:
+            if partial is not None:  # ... and the partial file goes all the same
+                partial.unlink(missing_ok=True)
     return len(examples)
