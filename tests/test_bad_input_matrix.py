@@ -500,6 +500,13 @@ def _i26hydra_bert_onnx(f: dict[str, Path]) -> Path:
     return out
 
 
+def _i26lead_demo_over_theirs(tmp: Path, f: dict[str, Path]) -> list[str]:
+    folder = tmp / "mine"
+    folder.mkdir()
+    _copy(folder, f["bert"], "model-seed0")  # the user's own artifact at a demo path
+    return ["demo", "--quick", "--out", str(folder)]
+
+
 ROWS: dict[str, tuple[Case, str]] = {
     "missing path": (
         lambda t, f: ["eval", str(t / "nope"), "--data", str(f["test"])],
@@ -979,6 +986,10 @@ ROWS: dict[str, tuple[Case, str]] = {
         "--set vars.tarin: no variable 'tarin' in [vars] (it has: test, train)",
     ),
     # issue 26 (lead)
+    "demo --out DIR holding a user's artifact at a demo path": (
+        _i26lead_demo_over_theirs,
+        "holds model-seed0, an artifact uqc demo did not write there",
+    ),
     "--workers above 4 x the cores": (
         lambda t, f: [
             "eval",

@@ -61,6 +61,21 @@ def test_quick_demo_runs_every_step(cli, tmp_path: Path) -> None:  # type: ignor
     assert again.out == result.out and again.err.count("reusing") == 30
     pruned = open_artifact(tmp_path / "demo" / "model-pruned").manifest.summary
     assert pruned["heads_after"] == pruned["heads_before"] // 2
+    owned = json.loads((tmp_path / "demo" / ".uqc-demo.json").read_text())["owned"]
+    assert owned["model-seed0"] == open_artifact(tmp_path / "demo" / "model-seed0").id
+
+    # A user's artifact at one of the demo's paths is never replaced without --force.
+    import shutil
+
+    shutil.rmtree(tmp_path / "demo" / "model-sve")
+    theirs = cli("init", "--family", "bert", "--labels", "a,b", "--out", tmp_path / "demo" / "x")
+    assert theirs.code == 0, theirs.err
+    (tmp_path / "demo" / "x").rename(tmp_path / "demo" / "model-sve")
+    refused = cli("demo", "--quick", "--out", str(tmp_path / "demo"))
+    assert refused.code == 1 and refused.out == ""
+    assert refused.err.strip().splitlines() == [refused.err.strip()]
+    assert "holds model-sve, an artifact uqc demo did not write there" in refused.err
+    assert open_artifact(tmp_path / "demo" / "model-sve").manifest.step == "init"
     assert rows["eval-pruned"]["parameters"] < rows["eval-single"]["parameters"]
 
 

@@ -132,7 +132,10 @@ def test_each_mode_keeps_the_contract_and_stays_within_the_gate(
     drift = json.loads((out / "drift.json").read_text())
     assert drift["passed"] is True
     assert drift["agreement"] >= 0.99
-    assert {c["name"] for c in drift["checks"]} >= {"agreement", "ece_delta", "nll_delta"}
+    assert {c["name"] for c in drift["checks"]} >= {
+        *("agreement", "ece_delta", "nll_delta", "mean_entropy_shift", "mean_mi_shift")
+    }
+    assert drift["fp32"]["mean_entropy"] > 0 and "mean_mi" in drift["quantized"]
     assert abs(drift["deltas"]["ece"]) <= 0.01 and abs(drift["deltas"]["nll"]) <= 0.02
     assert summary["drift_max_abs_probs"] == drift["max_abs_diff"]["probs"]
     assert 0 < summary["size_ratio"] < (1 if mode != "static" else 1.5)
@@ -190,6 +193,21 @@ def test_an_impossible_gate_exits_3_and_writes_nothing(
     assert not target.exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
     assert not _artifacts_root.exists() or not any(_artifacts_root.iterdir())
+
+
+def test_the_gate_bounds_the_shift_of_uncertainty(
+    cli,  # type: ignore[no-untyped-def]
+    exports: dict[str, tuple[Path, str]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Entropy and MI drift were recorded but never gated: with no slack, any shift fails."""
+    from uqcompress.export import quantize as quantization
+
+    monkeypatch.setattr(quantization, "UNCERTAINTY_FLOOR", 0.0)
+    fp32, data = exports["bert"]
+    result = cli("quantize", str(fp32), "--data", data, "--max-entropy-shift", "0")
+    assert result.code == 3, result.err
+    assert "mean_entropy_shift" in result.err
 
 
 def test_predict_eval_and_verify_take_a_quantized_artifact(

@@ -90,13 +90,17 @@ def test_same_id_is_reused_and_different_id_refused(tmp_path: Path) -> None:
 def test_replacing_other_artifacts_rebuilds_stale_ones_and_reuses_the_same(
     tmp_path: Path,
 ) -> None:
-    """`uqc demo` owns its folder: a different artifact there is replaced, the same reused,
-    and a folder that is not an artifact is still refused."""
+    """`uqc demo` owns what it wrote: a different artifact there is replaced, the same reused,
+    a folder that is not an artifact is still refused, and so is an artifact the owner's
+    predicate does not claim."""
     from uqcompress.artifacts.writer import replacing_other_artifacts
 
     dest = tmp_path / "a"
     _write(dest, _plan(1))
-    with replacing_other_artifacts():
+    theirs = _write(tmp_path / "theirs", _plan(7))
+    with replacing_other_artifacts(lambda path: path.name != "theirs"):
+        with pytest.raises(ArtifactError, match="already holds a different eval artifact"):
+            resolve_destination(_plan(8), theirs, force=False)
         _, same = resolve_destination(_plan(1), dest, force=False)
         assert same is not None and same.id == _plan(1).id
         target, none = resolve_destination(_plan(2), dest, force=False)

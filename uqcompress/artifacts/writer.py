@@ -14,7 +14,7 @@ import shutil
 import socket
 import stat
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -81,23 +81,33 @@ def artifacts_root(root: Path | None) -> Iterator[None]:
         _ROOT.reset(token)
 
 
-_REPLACE_OTHERS: ContextVar[bool] = ContextVar("uqc_replace_other_artifacts", default=False)
+_REPLACEABLE: ContextVar[Callable[[Path], bool] | None] = ContextVar(
+    "uqc_replaceable_artifacts", default=None
+)
 
 
 @contextmanager
-def replacing_other_artifacts() -> Iterator[None]:
+def replacing_other_artifacts(may_replace: Callable[[Path], bool]) -> Iterator[None]:
     """Within this block, a destination that holds a different (or damaged) uqc artifact is
-    replaced as `--force` would replace it, while one with the same id is still reused.
+    replaced as `--force` would replace it when ``may_replace(dest)`` says so, while one
+    with the same id is still reused.
 
-    For a command that owns its output folder (`uqc demo`): re-run after an upgrade that
-    changed a step's defaults, it rebuilds what changed instead of stopping at the first
-    stale artifact. Anything that is not a uqc artifact holding only its own files is still
-    refused."""
-    token = _REPLACE_OTHERS.set(True)
+    For a command that owns what it wrote in its output folder (`uqc demo`): re-run after
+    an upgrade that changed a step's defaults, it rebuilds what changed instead of stopping
+    at the first stale artifact, and `may_replace` keeps it to the artifacts it wrote itself
+    (a user's artifact at the same path is refused). Anything that is not a uqc artifact
+    holding only its own files is always refused."""
+    token = _REPLACEABLE.set(may_replace)
     try:
         yield
     finally:
-        _REPLACE_OTHERS.reset(token)
+        _REPLACEABLE.reset(token)
+
+
+def _may_replace(dest: Path) -> bool:
+    """Whether `replacing_other_artifacts` lets an artifact at ``dest`` be replaced."""
+    may_replace = _REPLACEABLE.get()
+    return may_replace is not None and dest.is_dir() and may_replace(dest)
 
 
 @dataclass(frozen=True)
@@ -289,7 +299,7 @@ def resolve_destination(
             return dest, None
     if existing is None and not any(dest.iterdir()):
         return dest, None  # an empty directory holds nothing to lose
-    if existing is not None and _REPLACE_OTHERS.get():
+    if existing is not None and _may_replace(dest):
         refuse_unless_replaceable(dest)
         return dest, None
     if existing is None:
@@ -338,8 +348,8 @@ class ArtifactWriter:
     ) -> None:
         self.dest = Path(dest)
         self.plan = plan
-        # Within `replacing_other_artifacts` an artifact already at dest is replaced too.
-        self.force = force or _REPLACE_OTHERS.get()
+        # Within `replacing_other_artifacts`, an artifact it may replace at dest is replaced.
+        self.force = force or _may_replace(self.dest)
         # discard: compute everything, install nothing (non-zero ranks of a multi-process run)
         self.discard = discard
         self.summary: dict[str, Any] = {}

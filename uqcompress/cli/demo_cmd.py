@@ -46,7 +46,7 @@ def demo(
     start = time.perf_counter()
     resolved_device, resolved_threads = setup_compute(device, threads)
     root = out if out is not None else default_root() / ("demo-quick" if quick else "demo")
-    result = step.run(root, quick, resolved_device, resolved_threads, force)
+    result = step.run(root, quick, resolved_device, resolved_threads, force, adopt=out is None)
     from uqcompress.steps.compare import load_table
 
     table = load_table(result.comparison.artifact.path)

@@ -105,6 +105,22 @@ def quantize(
             "at the stored threshold.",
         ),
     ] = 0.02,
+    max_entropy_shift: Annotated[
+        float,
+        typer.Option(
+            "--max-entropy-shift",
+            help="Gate: largest |change of the mean predictive entropy| over the gate rows, "
+            "relative to the float32 export's (plus 0.01 nats).",
+        ),
+    ] = 0.1,
+    max_mi_shift: Annotated[
+        float,
+        typer.Option(
+            "--max-mi-shift",
+            help="Gate: largest |change of the mean mutual information| (ensembles), relative "
+            "to the float32 export's (plus 0.01 nats).",
+        ),
+    ] = 0.1,
     batch_size: BatchSize = 64,
     text_column: TextColumn = "text",
     label_column: LabelColumn = "label",
@@ -134,6 +150,8 @@ def quantize(
         "max_nll_delta": max_nll_delta,
         "max_auroc_drop": max_auroc_drop,
         "max_coverage_delta": max_coverage_delta,
+        "max_entropy_shift": max_entropy_shift,
+        "max_mi_shift": max_mi_shift,
         "batch_size": batch_size,
         "text_column": text_column,
         "label_column": label_column,

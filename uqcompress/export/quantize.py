@@ -450,6 +450,13 @@ class Bounds:
     max_nll_delta: float = 0.02
     max_auroc_drop: float = 0.01
     max_coverage_delta: float = 0.02
+    max_entropy_shift: float = 0.1  # relative to the float32 mean, plus UNCERTAINTY_FLOOR
+    max_mi_shift: float = 0.1
+
+
+# Absolute slack (nats) of the entropy and MI gates: a single model's MI is 0 and a confident
+# model's entropy near 0, where any relative bound alone would fail on rounding.
+UNCERTAINTY_FLOOR = 0.01
 
 
 @dataclass(frozen=True)
@@ -559,6 +566,27 @@ def measure_drift(
             drift.checks.append(_check(f"{metric}_delta", abs(after - before), "<=", bound))
     elif labels is None:
         drift.skipped += ["ece_delta", "nll_delta"]
+    if finite:
+        # The uncertainty the export exists to ship: int8 may keep the argmax and the
+        # calibration yet flatten or sharpen the probabilities, and the ensemble's MI with it.
+        for metric, output, bound in (
+            ("mean_entropy", "entropy", bounds.max_entropy_shift),
+            ("mean_mi", "mutual_info", bounds.max_mi_shift),
+        ):
+            before = float(np.mean(stack(ref_parts, output))) if n else 0.0
+            after = float(np.mean(stack(got_parts, output))) if n else 0.0
+            drift.fp32[metric], drift.quantized[metric] = before, after
+            drift.deltas[metric] = after - before
+            allowed = bound * abs(before) + UNCERTAINTY_FLOOR
+            shift = abs(after - before)
+            drift.checks.append(
+                Check(
+                    f"{metric}_shift",
+                    shift,
+                    f"|{metric} change| <= {bound:g} x {abs(before):.4g} + {UNCERTAINTY_FLOOR:g}",
+                    bool(np.isfinite(shift)) and shift <= allowed,
+                )
+            )
     rule = reference.calibration.abstain if reference.calibration is not None else None
     if rule is not None:
         covered = []

@@ -13,6 +13,7 @@ with `builtin:photo-patches` as out-of-distribution data.
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -99,17 +100,117 @@ class DemoResult:
         return self.rows[0]
 
 
+LEDGER = ".uqc-demo.json"  # in the demo's folder: which artifact it wrote under which name
+
+
+class Ownership:
+    """The artifacts `uqc demo` wrote in its folder (name -> id, in `LEDGER`): the demo may
+    replace only those (with another id after an upgrade), never a user's artifact that
+    happens to sit at one of its paths."""
+
+    def __init__(self, root: Path, adopt: bool) -> None:
+        import json
+
+        self.root = root
+        self.path = root / LEDGER
+        self.owned: dict[str, str] = {}
+        if self.path.is_file():
+            try:
+                raw = json.loads(self.path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                raw = {}
+            owned = raw.get("owned") if isinstance(raw, dict) else None
+            if isinstance(owned, dict):
+                self.owned = {str(k): str(v) for k, v in owned.items()}
+        elif adopt:
+            # The default folder of a demo from before this ledger existed: its own by name.
+            self.owned = dict(self._artifacts())
+
+    def _artifacts(self) -> list[tuple[str, str]]:
+        """(name, id) of every uqc artifact directly in the folder."""
+        from uqcompress.artifacts.reader import read_manifest
+        from uqcompress.artifacts.writer import is_uqc_manifest
+        from uqcompress.errors import UqcError
+
+        found = []
+        if self.root.is_dir():
+            for child in sorted(self.root.iterdir()):
+                if child.is_dir() and is_uqc_manifest(child / "manifest.json"):
+                    try:
+                        found.append((child.name, read_manifest(child).id))
+                    except UqcError:
+                        found.append((child.name, ""))  # damaged: never recorded as ours
+        return found
+
+    def refuse_foreign(self) -> None:
+        """One line, before anything runs, when the folder holds an artifact the demo did
+        not write (without --force; with it, the writer's --force rules apply)."""
+        from uqcompress.errors import ArtifactError
+
+        for name, artifact_id in self._artifacts():
+            if self.owned.get(name) != artifact_id or not artifact_id:
+                raise ArtifactError(
+                    f"--out {self.root} holds {name}, an artifact uqc demo did not write there; "
+                    "the demo replaces only what it wrote",
+                    hint="choose another --out, or pass --force to let the demo replace it",
+                )
+
+    def may_replace(self, dest: Path) -> bool:
+        from uqcompress.artifacts.reader import read_manifest
+        from uqcompress.errors import UqcError
+
+        if dest.parent.resolve() != self.root.resolve() or dest.name not in self.owned:
+            return False
+        try:
+            return read_manifest(dest).id == self.owned[dest.name]
+        except UqcError:
+            return False
+
+    def record(self, result: StepResult) -> StepResult:
+        """Note the artifact a step wrote (or reused), written atomically."""
+        import json
+        import os
+
+        path = result.artifact.path
+        if path.parent.resolve() == self.root.resolve():
+            self.owned[path.name] = result.artifact.id
+            partial = self.path.with_name(self.path.name + ".partial")
+            partial.write_text(json.dumps({"owned": self.owned}, indent=1), encoding="utf-8")
+            os.replace(partial, self.path)
+        return result
+
+
+_OWNER: ContextVar[Ownership | None] = ContextVar("uqc_demo_owner", default=None)
+
+
 def _run(name: str, inputs: dict[str, Any], cfg: Any, out: Path, force: bool) -> StepResult:
-    """One step of the demo, run as `uqc NAME` and `uqc run` run it. The demo owns its
-    folder: an artifact there from an earlier version (another id, e.g. a changed default)
-    is rebuilt in place; one with the same id is reused."""
+    """One step of the demo, run as `uqc NAME` and `uqc run` run it. An artifact there from
+    an earlier version that the demo wrote itself (another id, e.g. a changed default) is
+    rebuilt in place; one with the same id is reused; anything else is refused."""
     from uqcompress.artifacts.writer import replacing_other_artifacts
 
-    with replacing_other_artifacts():
-        return step(name).run(inputs, cfg, out, force)
+    owner = _OWNER.get()
+    assert owner is not None, "demo steps run inside run()"
+    with replacing_other_artifacts(owner.may_replace):
+        return owner.record(step(name).run(inputs, cfg, out, force))
 
 
-def run(out: Path, quick: bool, device: str, threads: int, force: bool = False) -> DemoResult:
+def run(
+    out: Path, quick: bool, device: str, threads: int, force: bool = False, adopt: bool = False
+) -> DemoResult:
+    """The demo into `out`. `adopt`: `out` is the demo's default folder, whose artifacts from
+    before the demo kept a ledger (`LEDGER`) count as its own."""
+    owner = Ownership(out, adopt)
+    if not force:
+        owner.refuse_foreign()
+    token = _OWNER.set(owner)
+    try:
+        return _run_all(out, quick, device, threads, force)
+    finally:
+        _OWNER.reset(token)
+
+
+def _run_all(out: Path, quick: bool, device: str, threads: int, force: bool) -> DemoResult:
     from uqcompress.runtime.console import stderr
 
     plan = QUICK if quick else FULL

@@ -60,6 +60,10 @@ class QuantizeConfig:
     # None: 0.01 with --ood; set without --ood it would bound nothing, so it is refused
     max_auroc_drop: float | None = None
     max_coverage_delta: float = 0.02
+    # |change of mean entropy / mean MI| over the gate rows, relative to the float32 value
+    # (plus UNCERTAINTY_FLOOR nats, so that values near 0 never fail on noise)
+    max_entropy_shift: float = 0.1
+    max_mi_shift: float = 0.1
     batch_size: int = fields.runtime(64)
     text_column: str = fields.runtime("text")
     label_column: str = fields.runtime("label")
@@ -106,6 +110,8 @@ class QuantizeConfig:
             ("max_nll_delta", self.max_nll_delta),
             ("max_auroc_drop", self.max_auroc_drop),
             ("max_coverage_delta", self.max_coverage_delta),
+            ("max_entropy_shift", self.max_entropy_shift),
+            ("max_mi_shift", self.max_mi_shift),
         ):
             if value is not None and value < 0:
                 flag = fields.flag(name)
@@ -142,6 +148,8 @@ class QuantizeConfig:
             if self.max_auroc_drop is None
             else self.max_auroc_drop,
             max_coverage_delta=self.max_coverage_delta,
+            max_entropy_shift=self.max_entropy_shift,
+            max_mi_shift=self.max_mi_shift,
         )
 
 
