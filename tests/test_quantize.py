@@ -334,3 +334,31 @@ def test_static_calibrates_on_a_seeded_sample_and_gates_on_the_other_rows(
     assert not set(calib) & set(gate) and len(calib) + len(gate) == 40
     assert calib != list(range(20))  # a random sample, not the first rows in file order
     assert calibration_split(40, 128, 1)[0] != calib
+
+
+def test_gate_data_gates_on_its_own_rows_and_small_gates_are_flagged(
+    cli,  # type: ignore[no-untyped-def]
+    exports: dict[str, tuple[Path, str]],
+    sentiment_csv: dict[str, Path],
+) -> None:
+    """--gate-data: --data only calibrates; a gate on fewer rows than one flip needs warns."""
+    fp32, data = exports["bert"]
+    result = cli(
+        "quantize",
+        str(fp32),
+        *("--mode", "static", "--data", str(sentiment_csv["train"]), "--calib-size", "16"),
+        *("--gate-data", data),
+    )
+    out = Path(ok(result))
+    manifest = open_artifact(out).manifest
+    rows = manifest.summary["drift_rows"]
+    assert rows["split"].startswith("all rows of --gate-data gate")
+    assert rows["gate"] == 40 and rows["calibration"] == 16
+    assert manifest.summary["drift_examples"] == 40
+    assert [entry["role"] for entry in manifest.data] == ["data", "gate"]
+    flips = manifest.summary["drift_flips"]
+    assert flips["allowed"] == 0 and flips["flips"] == 0  # 40 rows at 0.99: no flip allowed
+    assert "not one flip is allowed there" in result.err and "at least 100 rows" in result.err
+    drift = json.loads((out / "drift.json").read_text())
+    agreement = next(c for c in drift["checks"] if c["name"] == "agreement")
+    assert agreement["bound"] == "flips <= 0 of 40 (agreement >= 0.99)"

@@ -41,6 +41,15 @@ def quantize(
             show_default=False,
         ),
     ] = None,
+    gate_data: Annotated[
+        str | None,
+        typer.Option(
+            "--gate-data",
+            help="Separate examples for the drift gate: then the gate runs on all of them and "
+            "--data only calibrates (--mode static: a seeded sample of --calib-size rows).",
+            show_default=False,
+        ),
+    ] = None,
     ood: Annotated[
         list[str] | None,
         typer.Option(
@@ -139,6 +148,7 @@ def quantize(
         "model": resolve_input(model),
         "mode": mode,
         "data": data,
+        "gate_data": gate_data,
         "ood": ood,
         "per_channel": per_channel,
         "exclude": exclude,

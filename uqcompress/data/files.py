@@ -104,14 +104,7 @@ def check_json_records(path: Path) -> list[int]:
     record, in order (blank lines hold none)."""
     import json
 
-    raw = path.read_bytes()
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise DataError(
-            f"{path} is not UTF-8 text (byte {exc.start} is {raw[exc.start]:#04x})",
-            hint="re-save the file as UTF-8",
-        ) from exc
+    text = _read_utf8(path)
     hint = FORMATS[path.suffix.lower()][2]
     if not text.strip():
         raise DataError(f"{path} is empty", hint=hint)
@@ -534,20 +527,25 @@ def content_fingerprint(
     return digest.hexdigest()[:32]
 
 
+def _read_utf8(path: Path) -> str:
+    """The text of a data file, or one line naming the first byte that is not UTF-8."""
+    raw = path.read_bytes()
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise DataError(
+            f"{path} is not UTF-8 text (byte {exc.start} is {raw[exc.start]:#04x})",
+            hint="re-save the file as UTF-8",
+        ) from exc
+
+
 def _check_csv_shape(path: Path) -> None:
     """Catch what `datasets` would report obscurely or not at all: encoding, empty files,
     rows whose field count differs from the header's (silently shifted columns)."""
     import csv
     import io
 
-    raw = path.read_bytes()
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise DataError(
-            f"{path} is not UTF-8 text (byte {exc.start} is {raw[exc.start]:#04x})",
-            hint="re-save the file as UTF-8",
-        ) from exc
+    text = _read_utf8(path)
     if csv.field_size_limit() < CSV_FIELD_LIMIT:
         csv.field_size_limit(CSV_FIELD_LIMIT)
     rows = [row for row in csv.reader(io.StringIO(text, newline="")) if row]

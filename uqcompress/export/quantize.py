@@ -479,6 +479,8 @@ class Drift:
     deltas: dict[str, float] = field(default_factory=dict)  # quantized - fp32
     checks: list[Check] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # bounds that could not be measured
+    flips: int = 0  # gate rows whose argmax changed
+    allowed_flips: int = 0
 
     @property
     def passed(self) -> bool:
@@ -503,6 +505,17 @@ class Drift:
         raw = asdict(self)
         raw["passed"] = self.passed
         return raw
+
+
+def allowed_flips(rows: int, min_agreement: float) -> int:
+    """How many of `rows` may change their argmax at `min_agreement`."""
+    return int(np.floor((1.0 - min_agreement) * rows + 1e-9))
+
+
+def rows_for_one_flip(min_agreement: float) -> int:
+    """The fewest gate rows on which `min_agreement` allows one flip (the bound means
+    something only from there: below, any flip fails it)."""
+    return int(np.ceil((1.0 - 1e-9) / (1.0 - min_agreement))) if min_agreement < 1 else 0
 
 
 def _check(name: str, value: float, op: str, bound: float) -> Check:
@@ -551,9 +564,20 @@ def measure_drift(
     track(ref_parts, got_parts)
     ref_probs, got_probs = stack(ref_parts, "probs"), stack(got_parts, "probs")
     n = len(ref_probs)
-    agreement = float(np.mean(np.argmax(ref_probs, 1) == np.argmax(got_probs, 1)))
+    flips = int(np.sum(np.argmax(ref_probs, 1) != np.argmax(got_probs, 1)))
+    agreement = 1.0 - flips / n if n else 1.0
     drift = Drift(examples=n, agreement=agreement, max_abs_diff=max_abs)
-    drift.checks.append(_check("agreement", agreement, ">=", bounds.min_agreement))
+    # As a count: `min_agreement` of n rows allows floor((1 - min_agreement) n) flips (the
+    # epsilon keeps 0.99 x 100 from rounding to 0 allowed); 0 on fewer rows than 1 / (1 - it).
+    drift.flips, drift.allowed_flips = flips, allowed_flips(n, bounds.min_agreement)
+    drift.checks.append(
+        Check(
+            "agreement",
+            agreement,
+            f"flips <= {drift.allowed_flips} of {n} (agreement >= {bounds.min_agreement:g})",
+            flips <= drift.allowed_flips,
+        )
+    )
     finite = bool(np.all(np.isfinite(got_probs)))
     if labels is not None and finite:
         for metric, fn, bound in (

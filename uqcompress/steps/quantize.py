@@ -49,6 +49,8 @@ class QuantizeConfig:
     ood: list[str] = fields.option(
         kind=list[str], parse=lambda v: list(v or []), is_runtime=True, default_factory=list
     )
+    # the gate's own rows: then --data only calibrates (static), all of it eligible
+    gate_data: str | None = fields.added(None)
     per_channel: bool = False
     exclude: str | None = None
     calib_size: int = 128
@@ -228,6 +230,17 @@ def run(
         require_labels=False,
         text_pair_column=cfg.text_pair_column,
     )
+    gate = (
+        load_data(
+            cfg.gate_data,
+            cfg.text_column,
+            cfg.label_column,
+            require_labels=False,
+            text_pair_column=cfg.text_pair_column,
+        )
+        if cfg.gate_data is not None
+        else None
+    )
     ood_sets = [
         load_data(
             s,
@@ -238,7 +251,7 @@ def run(
         )
         for s in cfg.ood
     ]
-    for each in [data, *ood_sets]:
+    for each in [data, *([gate] if gate is not None else []), *ood_sets]:
         check_input_kind(each, input_kind, str(onnx_artifact))
     config = asdict(cfg)
     plan = OutputPlan(
@@ -247,12 +260,14 @@ def run(
         config=config,
         id_config=fields.id_config(cfg, config) | numerics_tags(),
         inputs=[SourceRef.of("model", artifact)],
-        data=[data.manifest_entry("data")] + [d.manifest_entry(f"ood:{d.name}") for d in ood_sets],
+        data=[data.manifest_entry("data")]
+        + ([gate.manifest_entry("gate")] if gate is not None else [])
+        + [d.manifest_entry(f"ood:{d.name}") for d in ood_sets],
         device=cfg.device,
     )
 
     def build(writer: ArtifactWriter) -> None:
-        _build(artifact, data, ood_sets, cfg, writer)
+        _build(artifact, data, ood_sets, cfg, writer, gate)
 
     return build_or_reuse(plan, out, force, build)
 
@@ -323,11 +338,21 @@ def _batches(predictor: Any, data: Any, limit: int | None, size: int) -> list[di
 
 
 def _build(
-    artifact: Any, data: Any, ood_sets: list[Any], cfg: QuantizeConfig, writer: ArtifactWriter
+    artifact: Any,
+    data: Any,
+    ood_sets: list[Any],
+    cfg: QuantizeConfig,
+    writer: ArtifactWriter,
+    gate: Any = None,
 ) -> None:
     from uqcompress.data.labels import map_labels
     from uqcompress.export import contract
-    from uqcompress.export.quantize import CALIBRATION_BATCH, measure_drift, quantize_graph
+    from uqcompress.export.quantize import (
+        CALIBRATION_BATCH,
+        measure_drift,
+        quantize_graph,
+        rows_for_one_flip,
+    )
     from uqcompress.export.runtime import Predictor
     from uqcompress.runtime.console import stderr, user
 
@@ -335,7 +360,25 @@ def _build(
     reference = Predictor(artifact.path, device=cfg.device, threads=cfg.threads)
     calibration = None
     rows = {"gate": len(data), "calibration": 0, "split": "all rows of --data gate"}
-    if cfg.mode == "static":
+    if gate is not None:
+        # The gate has rows of its own: --data only calibrates (a seeded sample of it).
+        import numpy as np
+
+        sample: list[int] = []
+        if cfg.mode == "static":
+            order = np.random.default_rng(cfg.seed).permutation(len(data))
+            sample = sorted(int(i) for i in order[: cfg.calib_size])
+            calibration = _batches(reference, _subset(data, sample), None, CALIBRATION_BATCH)
+        rows = {
+            "gate": len(gate),
+            "calibration": len(sample),
+            "split": "all rows of --gate-data gate"
+            + (
+                f"; a seeded sample of --data (--seed {cfg.seed}) calibrates" if calibration else ""
+            ),
+        }
+        data = gate
+    elif cfg.mode == "static":
         calib_rows, gate_rows = calibration_split(len(data), cfg.calib_size, cfg.seed)
         calibration = _batches(reference, _subset(data, calib_rows), None, CALIBRATION_BATCH)
         data = _subset(data, gate_rows)
@@ -405,12 +448,21 @@ def _build(
             "drift_examples": drift.examples,
             "drift_rows": rows,
             "drift_agreement": drift.agreement,
+            "drift_flips": {"flips": drift.flips, "allowed": drift.allowed_flips},
             "drift_max_abs_probs": drift.max_abs_diff["probs"],
             "drift_deltas": drift.deltas,
         }
     )
     for skipped in drift.skipped:
         writer.warn(f"{skipped} not checked: {data.spec} has no labels")
+    needed = rows_for_one_flip(cfg.min_agreement)
+    if needed and drift.examples < needed:
+        writer.warn(
+            f"the drift gate ran on {drift.examples} rows: at --min-agreement "
+            f"{cfg.min_agreement:g} not one flip is allowed there, so the bound is stricter "
+            f"than it reads; gate on at least {needed} rows (--gate-data) for it to mean "
+            f"{cfg.min_agreement:g}"
+        )
     if cfg.mode == "fp16" and cfg.device == "cpu":
         writer.warn(
             "float16 is for GPU execution providers; on the CPU ONNX Runtime casts around most "
