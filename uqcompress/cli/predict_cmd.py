@@ -91,8 +91,14 @@ def predict(
         )
     from uqcompress.runtime.limits import over_limit
 
-    counts = {"batch_size": batch_size, "workers": workers, "sample_chunk": sample_chunk}
-    for name, value in {**counts, "max_length": max_length}.items():
+    # predict has no step config: the same bounds as every step's, checked here
+    counts = {
+        "batch_size": batch_size,
+        "workers": workers,
+        "sample_chunk": sample_chunk,
+        "max_length": max_length,
+    }
+    for name, value in counts.items():
         too_many = over_limit(name, value, "--" + name.replace("_", "-"))
         if too_many is not None:
             from uqcompress.errors import ConfigError

@@ -275,8 +275,6 @@ def run(
 def calibration_split(n: int, calib_size: int, seed: int) -> tuple[list[int], list[int]]:
     """(calibration rows, gate rows) of `n`: a seeded random sample of at most `calib_size`
     rows (and at most half) calibrates; the gate runs on the others, never in-sample."""
-    import numpy as np
-
     from uqcompress.errors import DataError
 
     if n < 2:
@@ -284,8 +282,14 @@ def calibration_split(n: int, calib_size: int, seed: int) -> tuple[list[int], li
             f"--mode static needs at least 2 rows of --data (calibration and gate rows); got {n}",
             hint="pass more labelled examples with --data",
         )
+    return seeded_sample(n, max(1, min(calib_size, n // 2)), seed)
+
+
+def seeded_sample(n: int, k: int, seed: int) -> tuple[list[int], list[int]]:
+    """(a seeded random sample of at most `k` of `n` rows, the other rows), each sorted."""
+    import numpy as np
+
     order = np.random.default_rng(seed).permutation(n)
-    k = max(1, min(calib_size, n // 2))
     return sorted(int(i) for i in order[:k]), sorted(int(i) for i in order[k:])
 
 
@@ -362,12 +366,9 @@ def _build(
     rows = {"gate": len(data), "calibration": 0, "split": "all rows of --data gate"}
     if gate is not None:
         # The gate has rows of its own: --data only calibrates (a seeded sample of it).
-        import numpy as np
-
         sample: list[int] = []
         if cfg.mode == "static":
-            order = np.random.default_rng(cfg.seed).permutation(len(data))
-            sample = sorted(int(i) for i in order[: cfg.calib_size])
+            sample = seeded_sample(len(data), cfg.calib_size, cfg.seed)[0]
             calibration = _batches(reference, _subset(data, sample), None, CALIBRATION_BATCH)
         rows = {
             "gate": len(gate),

@@ -38,6 +38,24 @@ class MemberOutputs:
     warmup_seconds: float = 0.0  # the untimed warm-up pass, in neither of the two
 
 
+def concat_rows(parts: list[MemberOutputs]) -> MemberOutputs:
+    """Outputs of consecutive slices of one data set, one after the other (batches, ranks'
+    shards); their times and counts add up.
+
+    Shape: each part's arrays `[N_i, ...]` -> `[sum N_i, ...]`.
+    """
+    return MemberOutputs(
+        member_logits=np.concatenate([p.member_logits for p in parts], axis=0),
+        probs=np.concatenate([p.probs for p in parts], axis=0),
+        entropy=np.concatenate([p.entropy for p in parts], axis=0),
+        mutual_info=np.concatenate([p.mutual_info for p in parts], axis=0),
+        seconds=sum(p.seconds for p in parts),
+        truncated=sum(p.truncated for p in parts),
+        e2e_seconds=sum(p.e2e_seconds for p in parts),
+        warmup_seconds=sum(p.warmup_seconds for p in parts),
+    )
+
+
 def combine(outputs: list[MemberOutputs]) -> MemberOutputs:
     """Members of several sources side by side: a deep ensemble over all their members."""
     from uqcompress.uq.metrics import member_mutual_information, predictive_entropy, softmax
@@ -248,14 +266,7 @@ class OnnxSource(PredictionSource):
         parts = list(self._stream(data, batch_size, max_length))
         if not parts:
             raise DataError("nothing to predict: no examples", hint="pass non-empty data")
-        return MemberOutputs(
-            member_logits=np.concatenate([p.member_logits for p in parts]),
-            probs=np.concatenate([p.probs for p in parts]),
-            entropy=np.concatenate([p.entropy for p in parts]),
-            mutual_info=np.concatenate([p.mutual_info for p in parts]),
-            seconds=sum(p.seconds for p in parts),
-            warmup_seconds=sum(p.warmup_seconds for p in parts),
-        )
+        return concat_rows(parts)
 
     def _inputs(self, data: LabeledData, batch_size: int) -> Iterator[dict[str, npt.NDArray[Any]]]:
         """The graph's inputs batch by batch, tokenised or preprocessed outside the timer.
@@ -558,12 +569,4 @@ def predict_sharded(
         return None
     if len(shards) == 1:
         return shards[0]
-    return MemberOutputs(
-        member_logits=np.concatenate([p.member_logits for p in shards], axis=0),
-        probs=np.concatenate([p.probs for p in shards], axis=0),
-        entropy=np.concatenate([p.entropy for p in shards], axis=0),
-        mutual_info=np.concatenate([p.mutual_info for p in shards], axis=0),
-        seconds=sum(p.seconds for p in shards),
-        truncated=sum(p.truncated for p in shards),
-        e2e_seconds=sum(p.e2e_seconds for p in shards),
-    )
+    return concat_rows(shards)
