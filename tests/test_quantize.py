@@ -163,7 +163,54 @@ def test_dynamic_int8_shrinks_the_file_and_ood_auroc_is_gated(
     assert "auroc_delta" in {c["name"] for c in drift["checks"]}
     mi = [k for k in drift["deltas"] if k.endswith(".mi.auroc")]
     assert mi and all(drift["deltas"][k] >= -0.01 for k in drift["deltas"] if "auroc" in k)
-    assert open_artifact(out).manifest.summary["quantization"]["per_channel"] is True
+    quantization = open_artifact(out).manifest.summary["quantization"]
+    assert quantization["per_channel"] is True
+    # the Hydra's grouped layers (3-D weights, no per-channel kernel) are int8 per tensor,
+    # not left in float32: no float MatMul reads a 3-D initializer any more
+    graph = onnx.load(str(out / contract.ONNX_FILE)).graph
+    ranks = {t.name: len(t.dims) for t in graph.initializer}
+    float_grouped = [
+        n.name
+        for n in graph.node
+        if n.op_type == "MatMul" and any(ranks.get(i, 2) == 3 for i in n.input)
+    ]
+    assert quantization["per_tensor_grouped"] > 0 and float_grouped == []
+
+
+def test_the_default_granularity_is_per_channel_then_per_tensor(
+    cli,  # type: ignore[no-untyped-def]
+    exports: dict[str, tuple[Path, str]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No --per-channel/--per-tensor: per channel is tried first and kept if it passes the
+    gate; where it fails, per tensor is tried and each try is recorded in the summary."""
+    from uqcompress.export import quantize as q
+
+    fp32, data = exports["bert"]
+    forced = open_artifact(
+        Path(ok(cli("quantize", str(fp32), "--data", data, "--per-tensor")))
+    ).manifest.summary
+    assert [t["per_channel"] for t in forced["granularity_tries"]] == [False]
+    assert forced["quantization"]["per_channel"] is False
+
+    measured = q.measure_drift
+    calls: list[bool] = []
+
+    def per_channel_fails(*args, **kwargs):  # type: ignore[no-untyped-def]
+        drift = measured(*args, **kwargs)
+        calls.append(True)
+        if len(calls) == 1:  # the first try (per channel) fails on one check
+            drift.checks.append(q.Check("agreement", 0.0, "forced failure", False))
+        return drift
+
+    monkeypatch.setattr(q, "measure_drift", per_channel_fails)
+    result = cli("quantize", str(fp32), "--data", data, "--out", str(fp32.parent / "auto"))
+    summary = open_artifact(Path(ok(result))).manifest.summary
+    tries = summary["granularity_tries"]
+    assert [(t["per_channel"], t["passed"]) for t in tries] == [(True, False), (False, True)]
+    assert "forced failure" in tries[0]["failed"]
+    assert summary["quantization"]["per_channel"] is False
+    assert "per tensor kept" in result.err
 
 
 def test_an_impossible_gate_exits_3_and_writes_nothing(

@@ -60,8 +60,15 @@ def quantize(
         ),
     ] = None,
     per_channel: Annotated[
-        bool, typer.Option("--per-channel", help="int8: one scale per output channel.")
-    ] = False,
+        bool | None,
+        typer.Option(
+            "--per-channel/--per-tensor",
+            help="int8: one scale per output channel, or one per weight tensor. Neither: per "
+            "channel first (on a real MiniLM it passed the gate where per tensor failed), per "
+            "tensor if that fails the gate (on small models it drifts less).",
+            show_default=False,
+        ),
+    ] = None,
     exclude: Annotated[
         str | None,
         typer.Option(

@@ -38,7 +38,8 @@ META_NOISE = "uqc.noise"
 META_CALIBRATION = "uqc.calibration"
 
 # `uqc quantize`: JSON {"mode": "dynamic"|"static"|"fp16", "weights", "activations",
-# "per_channel", "calibration_method", "calibration_examples", "float32_tail", "excluded"}.
+# "per_channel", "per_tensor_grouped", "calibration_method", "calibration_examples",
+# "float32_tail", "excluded"}.
 # Absent in a float32 export. The outputs and their types are the same in every mode.
 META_QUANTIZATION = "uqc.quantization"
 

@@ -145,6 +145,8 @@ class QuantizeResult:
     kept_float32: list[str]  # the uncertainty tail and noise readers
     excluded: list[str]  # matched by --exclude
     quantized_nodes: int  # nodes of the quantization's own ops (QDQ, integer ops, casts)
+    # a per-channel dynamic run: grouped (3-D weight) MatMuls quantized per tensor after it
+    per_tensor_grouped: int = 0
 
     def record(self) -> dict[str, Any]:
         """The `uqc.quantization` metadata value (JSON)."""
@@ -155,6 +157,7 @@ class QuantizeResult:
                 self.mode, "float16"
             ),
             "per_channel": self.per_channel,
+            "per_tensor_grouped": self.per_tensor_grouped,
             "calibration_method": self.calibration_method,
             "calibration_examples": self.calibration_examples,
             "float32_tail": len(self.kept_float32),
@@ -209,9 +212,13 @@ def quantize_graph(
     meta = {p.key: p.value for p in model.metadata_props}
     check_exclude(model, mode, exclude)
     kept, matched = excluded_nodes(model, exclude)
+    # ONNX Runtime's per-channel int8 MatMul takes 2-D weights only: a Hydra's grouped layers
+    # are left out of the per-channel pass; dynamic mode quantizes them per tensor after it
+    # (static mode keeps them float32: a second calibrated pass over a QDQ graph is not done)
+    grouped: list[str] = []
     if per_channel and mode != "fp16":
-        matched += [n for n in grouped_matmuls(model) if n not in matched and n not in kept]
-    never = kept + matched
+        grouped = [n for n in grouped_matmuls(model) if n not in matched and n not in kept]
+    never = kept + matched + grouped
     staged = (work_dir or target.parent) / "named.onnx"
     onnx.save(model, str(staged))
     examples = 0
@@ -228,6 +235,15 @@ def quantize_graph(
                 weight_type=QuantType.QInt8,
                 nodes_to_exclude=never,
             )
+            if grouped:
+                target.replace(staged)
+                quantize_dynamic(
+                    staged,
+                    target,
+                    per_channel=False,
+                    weight_type=QuantType.QInt8,
+                    nodes_to_quantize=grouped,
+                )
         elif mode == "static":
             from onnxruntime.quantization import (
                 CalibrationMethod,
@@ -269,8 +285,9 @@ def quantize_graph(
         calibration_method=calibration_method if mode == "static" else None,
         calibration_examples=examples,
         kept_float32=kept,
-        excluded=matched,
+        excluded=matched if mode == "dynamic" else matched + grouped,
         quantized_nodes=0,
+        per_tensor_grouped=len(grouped) if mode == "dynamic" else 0,
     )
     written = onnx.load(str(target))
     before = {n.name for n in model.graph.node}
