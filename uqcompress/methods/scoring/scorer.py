@@ -55,7 +55,7 @@ class ScoreRequest:
     progress: Callable[[str], AbstractContextManager[Progress]]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # one record per scorer: compared and hashed by identity
 class Scorer:
     """One head-importance method, as `uqc score --method NAME` runs it."""
 
