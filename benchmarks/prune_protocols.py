@@ -120,11 +120,12 @@ def run_protocol(
     base: Path, protocol: Protocol, seed: int, ratio: float, calib: int, out: Path, threads: int
 ) -> dict[str, Any]:
     """score -> prune -> eval for one protocol and calibration seed; the numbers of one run."""
+    from uqcompress.methods.scoring import registry as scorers
     from uqcompress.steps import prune as prune_step
     from uqcompress.steps import score as score_step
     from uqcompress.steps.registry import step
 
-    searched = protocol.method in score_step.SEARCHED
+    searched = scorers.is_searched(protocol.method)
     name = protocol.label.replace(" ", "-").replace("=", "")
     cfg = score_step.ScoreConfig(
         method=protocol.method,

@@ -157,9 +157,10 @@ def test_hies_explains_attention_without_probabilities(
     """With sdpa attention, transformers returns no probabilities: HIES must say so, not crash."""
     from contextlib import nullcontext
 
-    import uqcompress.methods.scoring as scoring
+    from uqcompress.models import head_gates
 
-    monkeypatch.setattr(scoring, "eager_attention", lambda loaded: nullcontext())
+    # HIES looks eager_attention up on head_gates when it runs
+    monkeypatch.setattr(head_gates, "eager_attention", lambda loaded: nullcontext())
     result = cli(
         "score",
         str(tiny_vit_artifact),

@@ -21,6 +21,9 @@ from uqcompress.cli.options import (
     Workers,
     resolve_input,
 )
+from uqcompress.methods.scoring import registry as scorers
+
+SEARCHING = ", ".join(scorers.searching())  # the scorers --ood and --ratio are for
 
 
 def score(
@@ -29,16 +32,14 @@ def score(
         str,
         typer.Option(
             "--method",
-            help="taylor, hies, headmap (HeadMap's layer-conditioned circuit locating, as "
-            "Hydra-Circ uses it), greedy-circuit (uqc's own greedy forward search; 'circuit' "
-            "is its old name), random or l2.",
+            help=scorers.method_help(),
         ),
     ] = "hies",
     data: Annotated[
         str | None,
         typer.Option(
             "--data",
-            help="Labelled calibration data (taylor, hies, headmap, greedy-circuit).",
+            help=f"Labelled calibration data ({', '.join(scorers.needing_data())}).",
             show_default=False,
         ),
     ] = None,
@@ -64,8 +65,7 @@ def score(
         str | None,
         typer.Option(
             "--ood",
-            help="headmap, greedy-circuit: OOD data for the uncertainty objective "
-            "(AUROC - NLL / ln C; ours).",
+            help=f"{SEARCHING}: OOD data for the uncertainty objective (AUROC - NLL / ln C; ours).",
             show_default=False,
         ),
     ] = None,
@@ -73,8 +73,7 @@ def score(
         float | None,
         typer.Option(
             "--ratio",
-            help="headmap, greedy-circuit: fraction of heads per layer to remove (the search "
-            "keeps the rest).",
+            help=f"{SEARCHING}: fraction of heads per layer to remove (the search keeps the rest).",
             show_default=False,
         ),
     ] = None,

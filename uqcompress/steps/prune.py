@@ -10,9 +10,9 @@ from typing import Any
 from uqcompress.artifacts import MANIFEST_NAME, Artifact, ArtifactWriter, OutputPlan, SourceRef
 from uqcompress.errors import ArtifactError, ConfigError, IncompatibleInputError, ParityError
 from uqcompress.export.parity import save_parity
+from uqcompress.methods.scoring import registry as scorers
 from uqcompress.steps import config as fields
 from uqcompress.steps.common import StepResult, build_or_reuse
-from uqcompress.steps.score import SEARCHED
 
 PARITY_ATOL = 1e-5  # pruned vs gated full model: the same function, up to float round-off
 
@@ -106,7 +106,7 @@ def run(
             hint="score this model first: uqc score MODEL --data D",
         )
     summary = scores.manifest.summary
-    circuit = summary.get("method") in SEARCHED
+    circuit = scorers.is_searched(summary.get("method"))
     # Scope: global by default for one model (the paper's selection for importance scores),
     # per layer for members; a searched circuit is kept as searched (per layer by design).
     if cfg.scope is None or circuit:
@@ -313,7 +313,7 @@ def _run_members(
                 hint="make members from the unpruned model, or from one pruned with --scope layer",
             )
         groups = head_groups(base)
-        if summary.get("method") in SEARCHED:
+        if scorers.is_searched(summary.get("method")):
             # each member is exactly its searched circuit (checked in _check_circuit_members)
             keeps = [[list(map(int, layer)) for layer in m] for m in summary["kept_heads"]]
             for keep in keeps:

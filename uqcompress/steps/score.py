@@ -3,29 +3,22 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from uqcompress.artifacts import ArtifactWriter, OutputPlan
 from uqcompress.errors import DataError
+from uqcompress.methods.scoring import registry
 from uqcompress.steps import config as fields
 from uqcompress.steps.common import StepResult, build_or_reuse
 
-METHODS = ("taylor", "hies", "headmap", "greedy-circuit", "random", "l2")
-# Old names still accepted (a warning says the new one): `circuit` was uqc's greedy search,
-# documented as HeadMap's until HeadMap's own algorithm arrived as `headmap`.
-ALIASES = {"circuit": "greedy-circuit"}
-NEEDS_DATA = ("taylor", "hies", "headmap", "greedy-circuit", "circuit")
-# Methods whose result is a searched set of kept heads (prune keeps it as searched), with
-# `circuit` for scores artifacts written before the rename.
-SEARCHED = ("headmap", "greedy-circuit", "circuit")
+if TYPE_CHECKING:
+    from uqcompress.methods.scoring.scorer import Progress
+
 SCORES_FILE = "scores.safetensors"
-
-
-def canonical_method(method: str) -> str:
-    """The method's current name (`circuit` -> `greedy-circuit`)."""
-    return ALIASES.get(method, method)
 
 
 @dataclass(frozen=True)
@@ -56,12 +49,13 @@ class ScoreConfig:
 
     def validate(self) -> None:
         problems = fields.problems(self)
-        method = canonical_method(self.method)
-        if method not in METHODS:
+        scorer = registry.find(self.method)
+        if scorer is None:
             problems.add(
-                f"unknown --method {self.method!r}", hint=f"use one of: {', '.join(METHODS)}"
+                f"unknown --method {self.method!r}",
+                hint=f"use one of: {', '.join(registry.names())}",
             )
-        if self.method in NEEDS_DATA and not self.data:
+        if scorer is not None and scorer.needs_data and not self.data:
             problems.add(
                 f"--method {self.method} needs --data (calibration examples)",
                 hint="pass --data, e.g. --data builtin:digits@train",
@@ -79,7 +73,7 @@ class ScoreConfig:
             problems.add(
                 f"--batch-size {self.batch_size} must be at least 1", hint="pass --batch-size 16"
             )
-        if method in SEARCHED:
+        if scorer is not None and scorer.searched:
             if self.ratio is None:
                 problems.add(
                     f"--method {self.method} searches for a head budget: pass --ratio",
@@ -90,29 +84,22 @@ class ScoreConfig:
                     f"--ratio {self.ratio} is outside [0, 1)", hint="pass e.g. --ratio 0.5"
                 )
         elif self.ood:
+            searching = registry.searching()
             problems.add(
-                "--ood is used by --method headmap and greedy-circuit only",
-                hint="drop --ood, or use --method headmap",
+                f"--ood is used by --method {' and '.join(searching)} only",
+                hint=f"drop --ood, or use --method {searching[0]}",
             )
-        if self.calib_pool is not None:
-            if method != "headmap":
-                problems.add(
-                    "--calib-pool is used by --method headmap only (it keeps the pool's "
-                    "lowest-loss examples)",
-                    hint="drop --calib-pool, or use --method headmap",
-                )
-            elif self.calib_pool < self.calib_size:
-                problems.add(
-                    f"--calib-pool {self.calib_pool} is smaller than --calib-size "
-                    f"{self.calib_size}",
-                    hint=f"pass --calib-pool {4 * self.calib_size} or more",
-                )
-        elif method == "headmap" and self.members > 1:
-            problems.add(
-                f"--method headmap --members {self.members} would search the same lowest-loss "
-                "examples for every member (identical circuits)",
-                hint="pass --calib-pool N: member m then draws its own N-example pool (seed + m)",
-            )
+        options = asdict(self)
+        for owner in registry.SCORERS:  # options only one scorer reads, given to another
+            for name, why in owner.own_options.items():
+                if options[name] is not None and owner is not scorer:
+                    flag = fields.flag(name)
+                    problems.add(
+                        f"{flag} is used by --method {owner.name} only ({why})",
+                        hint=f"drop {flag}, or use --method {owner.name}",
+                    )
+        if scorer is not None and scorer.check is not None:
+            scorer.check(options, problems)
         problems.raise_any()
 
 
@@ -123,24 +110,26 @@ def run(
     from uqcompress.models.loading import refuse_fused, resolve_model_source
 
     cfg.validate()
-    if cfg.method in ALIASES:
+    scorer = registry.find(cfg.method)
+    assert scorer is not None  # validate() refused an unknown method
+    if cfg.method != scorer.name:  # an old name
         from dataclasses import replace
 
         from uqcompress.runtime.console import stderr
 
-        renamed = canonical_method(cfg.method)
+        note = f" ({scorer.alias_note})" if scorer.alias_note else ""
         stderr.print(
-            f"[yellow]warning: --method {cfg.method} is now called {renamed} (uqc's greedy "
-            f"search, not HeadMap's: that is --method headmap); {cfg.method} still works[/yellow]"
+            f"[yellow]warning: --method {cfg.method} is now called {scorer.name}{note}; "
+            f"{cfg.method} still works[/yellow]"
         )
-        cfg = replace(cfg, method=renamed)
+        cfg = replace(cfg, method=scorer.name)
     source = resolve_model_source(model_path)
     refuse_fused(source, "score")
     data = (
         load_data(
             cfg.data, cfg.text_column, cfg.label_column, text_pair_column=cfg.text_pair_column
         )
-        if cfg.method in NEEDS_DATA and cfg.data
+        if scorer.needs_data and cfg.data
         else None
     )
     ood = (
@@ -162,12 +151,8 @@ def run(
         kind="scores",
         step="score",
         config=config,
-        # HIES's AE divides each query by ln of the keys it can attend (issue 26): a scores
-        # artifact of the earlier definition is not reused for it
-        id_config={
-            **fields.id_config(cfg, config),
-            **({"ae_normaliser": "attendable-keys"} if cfg.method == "hies" else {}),
-        },
+        # a scorer whose definition changed adds keys, so an earlier artifact is not reused
+        id_config={**fields.id_config(cfg, config), **scorer.id_config},
         inputs=[source.ref],
         data=entries,
         device=cfg.device,
@@ -176,7 +161,7 @@ def run(
     def build(writer: ArtifactWriter) -> None:
         from safetensors.torch import save_file
 
-        from uqcompress.methods.scoring import head_counts
+        from uqcompress.methods.scoring.common import head_counts
         from uqcompress.models.loading import load_model
         from uqcompress.runtime.distributed import rank_device
 
@@ -311,101 +296,43 @@ def _gather() -> Any:
 def _compute(
     loaded: Any, cfg: ScoreConfig, data: Any, ood: Any
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    from uqcompress.methods import scoring
+    """The scorer's tensors and summary additions for one score set (its seed: `cfg.seed`)."""
+    from uqcompress.methods.scoring.scorer import ScoreRequest
 
-    if cfg.method == "random":
-        return {"score": scoring.random_head_scores(loaded, cfg.seed)}, {}
-    if cfg.method == "l2":
-        return {"score": scoring.l2_scores(loaded)}, {}
-    if cfg.method == "headmap":
-        batches, calibration = _lowest_loss_batches(loaded, data, cfg)
-    else:
-        batches, calibration = _calibration_batches(loaded, data, cfg), {}
-    if cfg.method == "taylor":
-        score = scoring.taylor_scores(
-            loaded,
-            batches,
-            layer_l2=cfg.taylor_layer_l2,
-            global_minmax=cfg.taylor_minmax,
-            gather=_gather(),
-        )
-        return {"score": score}, {}
-    if cfg.method == "hies":
-        parts = scoring.hies_scores(
-            loaded,
-            batches,
-            alpha=cfg.alpha,
-            his_abs=cfg.his_abs,
-            norm_scope=cfg.norm_scope,
-            gather=_gather(),
-        )
-        return {"score": parts["score"], "his": parts["his"], "ae": parts["ae"]}, {}
-    from uqcompress.methods.pruning import heads_to_remove
-
-    assert cfg.ratio is not None
-    # Per layer, of the heads the model has now (not config.num_attention_heads).
-    heads = scoring.head_counts(loaded)
-    keep = [h - heads_to_remove(cfg.ratio, 1, h, "layer") for h in heads]
-    ood_batches = (
-        _calibration_batches(loaded, _as_index_labels(ood), cfg) if ood is not None else None
+    scorer = registry.find(cfg.method)
+    assert scorer is not None  # validate() refused an unknown method
+    request = ScoreRequest(
+        loaded=loaded,
+        options=asdict(cfg),
+        calibration=lambda: _calibration_batches(loaded, data, cfg),
+        encode=lambda pick, shard: _encoded_batches(loaded, data, pick, cfg, shard),
+        examples=len(data) if data is not None else 0,
+        ood=(
+            (lambda: _calibration_batches(loaded, _as_index_labels(ood), cfg))
+            if ood is not None
+            else None
+        ),
+        gather=_gather(),
+        progress=_progress,
     )
-    from rich.progress import Progress
+    tensors, summary = scorer.score(request)
+    return tensors, summary
+
+
+@contextmanager
+def _progress(label: str) -> Iterator[Progress]:
+    """A transient progress bar on stderr for a search; yields its (done, total) report."""
+    from rich.progress import Progress as Bar
 
     from uqcompress.runtime.console import stderr
 
-    search = scoring.headmap_scores if cfg.method == "headmap" else scoring.circuit_scores
-    total = (
-        scoring.headmap_evaluations(heads)
-        if cfg.method == "headmap"
-        else scoring.circuit_evaluations(keep, heads)
-    )
-    with Progress(console=stderr, transient=True) as progress:
-        task = progress.add_task(f"{cfg.method} search", total=None)
+    with Bar(console=stderr, transient=True) as bar:
+        task = bar.add_task(label, total=None)
 
         def report(done: int, total: int) -> None:
-            progress.update(task, completed=done, total=total)
+            bar.update(task, completed=done, total=total)
 
-        if cfg.method == "headmap":  # every process searches all its batches (not sharded)
-            score, kept = search(loaded, batches, keep, ood_batches=ood_batches, progress=report)
-        else:
-            score, kept = scoring.circuit_scores(
-                loaded, batches, keep, ood_batches=ood_batches, progress=report, gather=_gather()
-            )
-    return {"score": score}, {
-        "ratio": cfg.ratio,
-        "keep_per_layer": keep,
-        "kept_heads": kept,
-        "objective": "ood" if ood is not None else "nll",
-        "evaluations": total,
-        **calibration,
-    }
-
-
-def _lowest_loss_batches(
-    loaded: Any, data: Any, cfg: ScoreConfig
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """HeadMap's calibration set: of a pool (all of --data, or a seeded `calib_pool` subset),
-    the `calib_size` examples with the lowest loss under the full model."""
-    import numpy as np
-
-    from uqcompress.methods import scoring
-
-    pool_size = len(data) if cfg.calib_pool is None else min(cfg.calib_pool, len(data))
-    if pool_size == len(data):
-        pool = np.arange(pool_size)
-    else:
-        pool = np.sort(np.random.default_rng(cfg.seed).choice(len(data), pool_size, replace=False))
-    # HeadMap is not data-parallel: every process picks from the whole pool (same result)
-    losses = scoring.example_losses(loaded, _encoded_batches(loaded, data, pool, cfg, False))
-    chosen = scoring.lowest_loss(losses, cfg.calib_size)
-    picked = losses[chosen]
-    info = {
-        "calibration_set": "lowest-loss",
-        "calibration_pool": int(pool_size),
-        "calibration_loss_max": round(float(picked.max()), 6),
-        "pool_loss_mean": round(float(losses.mean()), 6),
-    }
-    return _encoded_batches(loaded, data, pool[chosen], cfg, False), info
+        yield report
 
 
 def _as_index_labels(data: Any) -> Any:
