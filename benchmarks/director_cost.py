@@ -186,7 +186,7 @@ def student_config(teacher: LoadedModel, samples: int, args: argparse.Namespace)
 
     from uqcompress.export.graph import graph_for
     from uqcompress.methods.director import build_student, parameter_counts
-    from uqcompress.models.kinds import DIRECTOR_KEY
+    from uqcompress.models.kind_base import DIRECTOR_KEY
 
     student = build_student(teacher, None, args.depth, samples, args.seed)
     config = copy.deepcopy(teacher.config)

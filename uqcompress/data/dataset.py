@@ -6,14 +6,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from uqcompress.data.images import ImageSource
+    from uqcompress.data.image_source import ImageSource
 
 
 @dataclass
 class LabeledData:
     """Examples plus raw labels, and a fingerprint of their contents.
 
-    Images are sources (`data.images.ImageSource`: files or 8-bit arrays), opened per batch
+    Images are sources (`data.image_source.ImageSource`: files or 8-bit arrays), opened per batch
     and preprocessed by the model's image processor, never held as one pixel array; texts
     are strings. Raw labels are ints or strings as the source had them; `label_names` is set
     when the source knows the class names (built-in sets: ints then index into it; a

@@ -25,7 +25,7 @@ from uqcompress.errors import ConfigError, DataError, empty_text_error
 if TYPE_CHECKING:
     from torch.utils.data import DataLoader
 
-    from uqcompress.data.images import ImageSource
+    from uqcompress.data.image_source import ImageSource
     from uqcompress.models.loading import LoadedModel
 
 
@@ -404,7 +404,8 @@ def _pixels(encoded: EncodedData, keys: list[Any]) -> npt.NDArray[np.float32]:
     """Shape: B keys -> `[B, C, H, W]` float32 (normalised, or 0..255 without `normalise`)."""
     import torch.utils.data
 
-    from uqcompress.data.images import augment_light, model_mode
+    from uqcompress.data.image_source import model_mode
+    from uqcompress.data.images import augment_light
 
     assert encoded.images is not None and encoded.preprocessing is not None
     prep = encoded.preprocessing

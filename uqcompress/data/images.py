@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import io
 import warnings
-from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,6 +29,7 @@ import numpy.typing as npt
 
 from uqcompress.artifacts.hashing import sha256_bytes
 from uqcompress.data.dataset import LabeledData
+from uqcompress.data.image_source import ImageSource
 from uqcompress.errors import DataError
 
 if TYPE_CHECKING:
@@ -43,38 +43,6 @@ AUGMENTS = ("none", "light")
 CROP_SCALE = (0.8, 1.0)
 CROP_RATIO = (3 / 4, 4 / 3)
 SHIFT = 0.05
-
-
-def model_mode(channels: int) -> str:
-    """The PIL mode images are converted to for a model of `channels` channels."""
-    return "L" if channels == 1 else "RGB"
-
-
-class ImageSource(ABC):
-    """N images, each opened on demand as a PIL image in a given mode."""
-
-    @abstractmethod
-    def __len__(self) -> int: ...
-
-    @abstractmethod
-    def open(self, index: int, mode: str) -> PILImage.Image:
-        """Image `index` in `mode` (`L` or `RGB`); a DataError names it if it cannot be read."""
-
-    @abstractmethod
-    def subset(self, indices: Sequence[int]) -> ImageSource: ...
-
-    def concat(self, other: ImageSource) -> ImageSource:
-        return ConcatImages([self, other])
-
-    def as_pixels(self, channels: int) -> npt.NDArray[np.float32]:
-        """Every image, unresized, stacked (they must share one size): for small sets only.
-
-        Shape: `[N, channels, H, W]` float32 on the 0..255 scale.
-        """
-        mode = model_mode(channels)
-        arrays = [np.asarray(self.open(i, mode), dtype=np.float32) for i in range(len(self))]
-        stacked = np.stack(arrays)
-        return stacked[:, None] if channels == 1 else stacked.transpose(0, 3, 1, 2)
 
 
 class ArrayImages(ImageSource):
@@ -111,29 +79,6 @@ class FileImages(ImageSource):
 
     def subset(self, indices: Sequence[int]) -> ImageSource:
         return FileImages([self.paths[i] for i in indices])
-
-
-class ConcatImages(ImageSource):
-    def __init__(self, parts: list[ImageSource]) -> None:
-        self.parts = parts
-
-    def __len__(self) -> int:
-        return sum(len(p) for p in self.parts)
-
-    def _locate(self, index: int) -> tuple[ImageSource, int]:
-        for part in self.parts:
-            if index < len(part):
-                return part, index
-            index -= len(part)
-        raise IndexError(index)
-
-    def open(self, index: int, mode: str) -> PILImage.Image:
-        part, local = self._locate(index)
-        return part.open(local, mode)
-
-    def subset(self, indices: Sequence[int]) -> ImageSource:
-        pairs = [self._locate(i) for i in indices]
-        return ConcatImages([p.subset([i]) for p, i in pairs])
 
 
 def _images_in(folder: Path) -> list[Path]:

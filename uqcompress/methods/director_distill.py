@@ -27,7 +27,7 @@ from uqcompress.methods.director import (
     sampled_ce,
 )
 from uqcompress.models.director_model import DirectorModel
-from uqcompress.models.kinds import DIRECTOR_KEY
+from uqcompress.models.kind_base import DIRECTOR_KEY
 
 if TYPE_CHECKING:
     from uqcompress.data import LabeledData

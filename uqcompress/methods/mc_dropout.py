@@ -10,7 +10,7 @@ import copy
 from typing import TYPE_CHECKING, Any
 
 from uqcompress.errors import ConfigError
-from uqcompress.models.kinds import MC_DROPOUT_KEY
+from uqcompress.models.kind_base import MC_DROPOUT_KEY
 from uqcompress.models.mc_dropout_model import MCDropoutModel, MCDropoutSpec, mc_dropout_family
 
 if TYPE_CHECKING:

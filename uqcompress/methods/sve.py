@@ -26,7 +26,7 @@ from torch import nn
 
 from uqcompress.errors import ConfigError
 from uqcompress.models.grouped import GroupedLinear
-from uqcompress.models.kinds import SVE_KEY
+from uqcompress.models.kind_base import SVE_KEY
 from uqcompress.models.sve_model import (
     SVDLinear,
     SVEModel,

@@ -15,7 +15,8 @@ the step index) with a residual mean head and a positive std head. One step:
 x_l = mu_theta(x_{l-1}, t) + s_theta(x_{l-1}, t) * xi, xi ~ N(0, I).
 
 The layout (`DirectorSpec`) lives in the transformers config under `uqc_director`, so
-`director_skeleton` rebuilds a saved student's shapes before its weights load. Distilling a
+`director_skeleton` rebuilds a saved student's shapes before its weights load; `DIRECTOR` at
+the end declares the kind to the registry (`models/kinds.py`). Distilling a
 student from a teacher (teacher states, losses, the loop) is the method, in
 `methods/director.py` and `methods/director_distill.py`.
 """
@@ -34,7 +35,7 @@ from torch import nn
 from uqcompress.errors import ConfigError
 from uqcompress.models.families import FAMILIES, Family, family_named
 from uqcompress.models.families.base import config_head_dim
-from uqcompress.models.kinds import DIRECTOR_KEY  # config field holding the DirectorSpec
+from uqcompress.models.kind_base import DIRECTOR_KEY, ModelKind  # DIRECTOR_KEY: the DirectorSpec's
 from uqcompress.models.outputs import MemberOutput
 
 if TYPE_CHECKING:
@@ -459,3 +460,20 @@ def with_samples(model: DirectorModel, samples: int) -> None:
     if samples < 1:
         raise ConfigError(f"--samples {samples} must be at least 1", hint="pass --samples 10")
     model.spec = replace(model.spec, samples=samples)
+
+
+def _director_summary(loaded: Any) -> dict[str, Any]:
+    return {"members": loaded.members, "method": "director", "samples": loaded.members}
+
+
+DIRECTOR = ModelKind(
+    name="director",
+    key=DIRECTOR_KEY,
+    described="a DIRECTOR student",
+    noun="DIRECTOR model",
+    remake="uqc distill-director",
+    skeleton=director_skeleton,
+    ensemble=True,
+    refusal="{step} the teacher it was distilled from",
+    summarise=_director_summary,
+)

@@ -16,7 +16,8 @@ What it builds follows the family's anatomy (`Family.layout`: norm order, final 
 `Family.embed` for the inputs), so it knows no family by name.
 
 The configuration lives in the transformers config under `uqc_hydra`, so a Hydra model is
-saved and loaded like any other model artifact (see `models/loading.py`).
+saved and loaded like any other model artifact (see `models/loading.py`); `HYDRA` at the end
+declares the kind to the registry (`models/kinds.py`).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from uqcompress.models.families.base import (
     rotate,
 )
 from uqcompress.models.grouped import GroupedLinear
-from uqcompress.models.kinds import HYDRA_KEY  # config field holding the HydraSpec as a dict
+from uqcompress.models.kind_base import HYDRA_KEY, ModelKind  # HYDRA_KEY: the HydraSpec's field
 from uqcompress.models.outputs import MemberOutput
 
 
@@ -366,3 +367,32 @@ class HydraModel(nn.Module):
         logits = self.classifier(self.classifier_dropout(first))  # [M*B, C]
         batch = logits.shape[0] // m
         return MemberOutput(member_logits=logits.reshape(m, batch, -1).transpose(0, 1))
+
+
+def hydra_skeleton(config: Any, family: Family) -> HydraModel:
+    """A Hydra model with the shapes its config records (weights to be loaded)."""
+    return HydraModel(config, family.name)
+
+
+def _hydra_summary(loaded: Any) -> dict[str, Any]:
+    spec = loaded.model.spec
+    return {
+        "members": loaded.members,
+        "method": "hydra",
+        "kept_heads": spec.kept_heads,
+        "head_slots_per_layer": [spec.slots(layer) for layer in range(spec.layers)],
+        "padding_ratio": round(spec.padding_ratio(), 4),
+    }
+
+
+HYDRA = ModelKind(
+    name="hydra",
+    key=HYDRA_KEY,
+    described="a fused Hydra model",
+    noun="Hydra model",
+    remake="uqc fuse",
+    skeleton=hydra_skeleton,
+    ensemble=True,
+    refusal="{step} the base model before pruning members and fusing them",
+    summarise=_hydra_summary,
+)

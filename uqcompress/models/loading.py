@@ -13,7 +13,8 @@ from uqcompress.artifacts.hashing import directory_fingerprint
 from uqcompress.artifacts.reader import read_manifest
 from uqcompress.errors import ArtifactError, ConfigError
 from uqcompress.models.families import Family, family_for_config
-from uqcompress.models.kinds import CALIBRATION_KEY, PLAIN, ModelKind, kind_of
+from uqcompress.models.kind_base import CALIBRATION_KEY, ModelKind
+from uqcompress.models.kinds import PLAIN, kind_of
 from uqcompress.models.preprocessing import ImagePreprocessing
 from uqcompress.uq.calibration import Calibration
 

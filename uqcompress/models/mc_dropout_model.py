@@ -25,6 +25,7 @@ the masks are fresh Bernoulli draws. Rate 0 keeps everything: every sample is th
 
 The masks are applied by forward hooks on the family's own modules (named by its anatomy),
 so the weights keep the base model's names (under `inner.`) and no module is swapped.
+`MC_DROPOUT` at the end declares the kind to the registry (`models/kinds.py`).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ import torch
 from torch import nn
 
 from uqcompress.errors import ConfigError
-from uqcompress.models.kinds import MC_DROPOUT_KEY  # config field holding the MCDropoutSpec
+from uqcompress.models.kind_base import MC_DROPOUT_KEY, ModelKind  # MC_DROPOUT_KEY: the spec's
 from uqcompress.models.outputs import MemberOutput
 
 if TYPE_CHECKING:
@@ -315,3 +316,27 @@ def with_samples(model: MCDropoutModel, samples: int) -> None:
     if samples < 1:
         raise ConfigError(f"--samples {samples} must be at least 1", hint="pass --samples 10")
     model.spec = replace(model.spec, samples=samples)
+
+
+def _mc_dropout_summary(loaded: Any) -> dict[str, Any]:
+    spec = loaded.model.spec
+    return {
+        "members": loaded.members,
+        "method": "mc-dropout",
+        "samples": spec.samples,
+        "rate": spec.rate,
+        "dropout_sites": loaded.model.sites,
+    }
+
+
+MC_DROPOUT = ModelKind(
+    name="mc-dropout",
+    key=MC_DROPOUT_KEY,
+    described="an MC Dropout model",
+    noun="MC Dropout model",
+    remake="uqc mc-dropout",
+    skeleton=mc_dropout_skeleton,
+    ensemble=True,
+    refusal="{step} the base model it was made from",
+    summarise=_mc_dropout_summary,
+)

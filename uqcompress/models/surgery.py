@@ -3,19 +3,47 @@
 Here: a fresh classifier (`replace_classifier`), head pruning and the kept-heads record
 (`prune_heads`, `kept_heads`, `shape_to_kept_heads`), and `replace_module`, through which
 SVE's SVD layers and member heads go in. Hydra fusion builds a new model
-(`models/hydra_model.py`) instead of editing one.
+(`models/hydra_model.py`) instead of editing one. A head-pruned classifier is a model kind
+of its own: `PRUNED` at the end declares it to the registry (`models/kinds.py`), with
+`classifier_skeleton` to rebuild its shapes.
+
+Surgery sits below the loader (which rebuilds every kind's skeleton through
+`classifier_skeleton`), so it takes any object with a `LoadedModel`'s model, family, config
+and labels (`Classifier`) rather than importing `models/loading.py`.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Protocol
 
-from uqcompress.models.kinds import KEPT_HEADS_KEY  # per layer, the ORIGINAL kept heads
-from uqcompress.models.loading import LoadedModel
+from uqcompress.models.families.base import config_head_dim
+from uqcompress.models.kind_base import KEPT_HEADS_KEY, ModelKind  # the ORIGINAL kept heads
+
+if TYPE_CHECKING:
+    from uqcompress.models.families import Family
 
 
-def replace_classifier(loaded: LoadedModel, labels: list[str], seed: int = 0) -> None:
+class Classifier(Protocol):
+    """What surgery reads and changes of a loaded model: a `models.loading.LoadedModel`."""
+
+    model: Any
+    family: Family
+    config: Any
+    labels: list[str]
+
+
+@dataclass
+class _Bare:
+    """A classifier being built: just what surgery needs (`Classifier`)."""
+
+    model: Any
+    family: Family
+    config: Any
+    labels: list[str]
+
+
+def replace_classifier(loaded: Classifier, labels: list[str], seed: int = 0) -> None:
     """Give the model a fresh linear classifier for ``labels`` (the same init as transformers).
 
     Used when a checkpoint had no trained head (an encoder), so the head's size comes from
@@ -41,7 +69,7 @@ def replace_classifier(loaded: LoadedModel, labels: list[str], seed: int = 0) ->
     loaded.labels = list(labels)
 
 
-def kept_heads(loaded: LoadedModel) -> list[list[int]]:
+def kept_heads(loaded: Classifier) -> list[list[int]]:
     """Per layer, the original indices of the heads the model still has."""
     recorded = getattr(loaded.config, KEPT_HEADS_KEY, None)
     if recorded is not None:
@@ -50,7 +78,7 @@ def kept_heads(loaded: LoadedModel) -> list[list[int]]:
     return [list(range(heads)) for _ in range(int(loaded.config.num_hidden_layers))]
 
 
-def prune_heads(loaded: LoadedModel, keep: list[list[int]]) -> None:
+def prune_heads(loaded: Classifier, keep: list[list[int]]) -> None:
     """Physically remove heads: keep, per layer, the heads at *current* indices `keep[l]`.
 
     Q/K/V lose the rows of removed heads (weights and biases), the output projection loses
@@ -60,12 +88,10 @@ def prune_heads(loaded: LoadedModel, keep: list[list[int]]) -> None:
     """
     import torch
 
-    from uqcompress.models.head_gates import head_dim
-
     layers = loaded.family.attention_layers(loaded.model)
     if len(keep) != len(layers):
         raise ValueError(f"keep lists for {len(keep)} layers, the model has {len(layers)}")
-    d = head_dim(loaded)
+    d = config_head_dim(loaded.config)  # `head_gates.head_dim`, without the loader's type
     before = kept_heads(loaded)
     for layer, (parts, heads) in enumerate(zip(layers, keep, strict=True)):
         current = parts.output.in_features // d
@@ -145,7 +171,7 @@ def _rows(linear: Any, index: Any) -> Any:
     return new.to(linear.weight.device, linear.weight.dtype)
 
 
-def shape_to_kept_heads(loaded: LoadedModel, kept: list[list[int]]) -> None:
+def shape_to_kept_heads(loaded: Classifier, kept: list[list[int]]) -> None:
     """Give a freshly built full model the shapes of a pruned checkpoint (before loading it)."""
     if hasattr(loaded.model.config, KEPT_HEADS_KEY):
         delattr(loaded.model.config, KEPT_HEADS_KEY)  # the fresh model still has every head
@@ -168,12 +194,20 @@ def classifier_skeleton(config: Any, family: Any) -> Any:
     into. Building it leaves the global RNG as it was."""
     import torch
 
-    from uqcompress.models.loading import labels_of
-
     with torch.random.fork_rng(devices=[]):
         model = family.classifier_class()(config)
         kept = getattr(config, KEPT_HEADS_KEY, None)
         if kept is not None:
-            base = LoadedModel(model=model, family=family, config=config, labels=labels_of(config))
+            base = _Bare(model=model, family=family, config=config, labels=[])  # labels unread
             shape_to_kept_heads(base, [list(map(int, layer)) for layer in kept])
     return model
+
+
+PRUNED = ModelKind(
+    name="pruned",
+    key=KEPT_HEADS_KEY,
+    described="a head-pruned classifier",
+    noun="pruned model",
+    remake="uqc prune",
+    skeleton=classifier_skeleton,
+)

@@ -7,7 +7,8 @@ travel folded into the batch (`[M*B, ...]`, member-major): the forward is `x V`,
 member, then `U^T`, so no member's dense weight is ever materialised while training.
 
 The layout (`SVESpec`) lives in the transformers config under `uqc_sve`, so `sve_skeleton`
-rebuilds the shapes of a saved model before its weights load. Building one from a trained
+rebuilds the shapes of a saved model before its weights load; `SVE` at the end declares the
+kind to the registry (`models/kinds.py`). Building one from a trained
 classifier (targets, ranks, noise) is the method, in `methods/sve.py`.
 """
 
@@ -20,7 +21,7 @@ import torch
 from torch import nn
 
 from uqcompress.models.grouped import GroupedLinear
-from uqcompress.models.kinds import SVE_KEY  # config field holding the SVESpec as a dict
+from uqcompress.models.kind_base import SVE_KEY, ModelKind  # SVE_KEY: the SVESpec's field
 from uqcompress.models.outputs import MemberOutput
 
 if TYPE_CHECKING:
@@ -237,3 +238,31 @@ def sve_skeleton(config: Any, family: Family) -> SVEModel:
     inner: Any = classifier_skeleton(config, family)  # an SVE of a pruned model: its heads
     install_layers(inner, spec, None, family.classifier_name(inner))
     return SVEModel(inner, spec)
+
+
+def _sve_summary(loaded: Any) -> dict[str, Any]:
+    spec, inner = loaded.model.spec, loaded.model.inner
+    full = [
+        min(inner.get_submodule(n).in_features, inner.get_submodule(n).out_features)
+        for n in spec.targets
+    ]
+    return {
+        "members": loaded.members,
+        "method": "sve",
+        "sve_targets": len(spec.targets),
+        "sve_rank": "full" if spec.ranks == full else spec.ranks[0],
+        "sigma_init": spec.sigma_init,
+    }
+
+
+SVE = ModelKind(
+    name="sve",
+    key=SVE_KEY,
+    described="a Singular Value Ensemble",
+    noun="SVE model",
+    remake="uqc svd-ensemble",
+    skeleton=sve_skeleton,
+    ensemble=True,
+    refusal="{step} the base model the ensemble was built from",
+    summarise=_sve_summary,
+)

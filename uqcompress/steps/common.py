@@ -191,7 +191,7 @@ def train_into(
     from uqcompress.data.encoding import check_input_kind
     from uqcompress.engine.train import fine_tune
     from uqcompress.models.loading import calibration_dropped, load_model, save_model
-    from uqcompress.steps.init import model_summary
+    from uqcompress.models.summary import model_summary
 
     warnings: list[str] = []
     loaded = load_model(source)

@@ -139,7 +139,7 @@ def _distill(
     from uqcompress.methods.director import LossWeights
     from uqcompress.methods.director_distill import distill
     from uqcompress.models.loading import save_model
-    from uqcompress.steps.init import model_summary
+    from uqcompress.models.summary import model_summary
 
     for each in [train_data] + ([val_data] if val_data is not None else []):
         check_input_kind(each, teacher.input_kind, teacher.family.name)

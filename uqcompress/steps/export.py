@@ -178,7 +178,7 @@ def export_length(loaded: Any, requested: int | None) -> int | None:
 
 def _write_safetensors(loaded: Any, writer: ArtifactWriter) -> None:
     from uqcompress.models.loading import save_model
-    from uqcompress.steps.init import model_summary
+    from uqcompress.models.summary import model_summary
 
     save_model(loaded, writer.dir, keep_calibration=True)
     writer.summary.update(model_summary(loaded))
@@ -189,7 +189,8 @@ def _write_safetensors(loaded: Any, writer: ArtifactWriter) -> None:
             f"{loaded.calibration.temperature:.4g}); plain transformers does not apply it: "
             "divide the logits by the temperature yourself, or load with uqcompress"
         )
-    from uqcompress.models.kinds import PRUNED, kind_of
+    from uqcompress.models.kinds import kind_of
+    from uqcompress.models.surgery import PRUNED
 
     kind = kind_of(loaded.config)
     if kind.ensemble:
@@ -229,7 +230,7 @@ def _write_onnx(
         write_metadata,
     )
     from uqcompress.export.runtime import Predictor
-    from uqcompress.models.kinds import SVE
+    from uqcompress.models.sve_model import SVE
     from uqcompress.runtime.console import stderr
 
     length = export_length(loaded, cfg.max_length)  # refused before the (slow) export

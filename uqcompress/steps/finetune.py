@@ -96,7 +96,7 @@ def run(
 def _refuse_student(source: Any) -> None:
     """A DIRECTOR student trains by distillation from its teacher, not on labels alone."""
     from uqcompress.errors import ConfigError
-    from uqcompress.models.kinds import DIRECTOR
+    from uqcompress.models.director_model import DIRECTOR
     from uqcompress.models.loading import source_kind
 
     if source_kind(source) is DIRECTOR:

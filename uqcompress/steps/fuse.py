@@ -67,8 +67,8 @@ def run(
             resolve_model_source,
             save_model,
         )
+        from uqcompress.models.summary import model_summary
         from uqcompress.runtime.console import stderr
-        from uqcompress.steps.init import model_summary
 
         loaded = [load_model(resolve_model_source(p)) for p in members.paths]
         for each, path in zip(loaded, members.paths, strict=True):

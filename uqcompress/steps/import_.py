@@ -7,9 +7,9 @@ from pathlib import Path
 
 from uqcompress.artifacts import ArtifactWriter, OutputPlan
 from uqcompress.errors import ArtifactError
+from uqcompress.models.summary import model_summary
 from uqcompress.steps import config as fields
 from uqcompress.steps.common import StepResult, build_or_reuse
-from uqcompress.steps.init import model_summary
 
 
 @dataclass(frozen=True)

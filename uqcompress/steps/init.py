@@ -96,6 +96,7 @@ def run(cfg: InitConfig, out: Path | None = None, force: bool = False) -> StepRe
 
     def build(writer: ArtifactWriter) -> None:
         from uqcompress.models.loading import save_model
+        from uqcompress.models.summary import model_summary
 
         loaded = create_model(
             cfg.family,
@@ -111,19 +112,3 @@ def run(cfg: InitConfig, out: Path | None = None, force: bool = False) -> StepRe
         writer.summary["trained"] = False
 
     return build_or_reuse(plan, out, force, build)
-
-
-def model_summary(loaded: Any) -> dict[str, Any]:
-    """The at-a-glance numbers of a model artifact."""
-    from uqcompress.models.kinds import kind_summary
-
-    config = loaded.config
-    return {
-        "family": loaded.family.name,
-        "parameters": loaded.num_parameters(),
-        "layers": int(config.num_hidden_layers),
-        "heads": int(config.num_attention_heads),
-        "hidden": int(config.hidden_size),
-        "labels": list(loaded.labels),
-        **kind_summary(loaded),  # members, method and layout numbers of an ensemble
-    }

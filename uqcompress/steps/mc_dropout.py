@@ -89,7 +89,7 @@ def run(
     def build(writer: ArtifactWriter) -> None:
         from uqcompress.methods.mc_dropout import build_mc_dropout
         from uqcompress.models.loading import calibration_dropped, load_model, save_model
-        from uqcompress.steps.init import model_summary
+        from uqcompress.models.summary import model_summary
 
         base = load_model(source)
         if (dropped := calibration_dropped(base, source.path)) is not None:

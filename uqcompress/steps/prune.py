@@ -176,7 +176,7 @@ def run(
         diff = parity.max_abs_diff["member_logits"]
         save_model(loaded, writer.dir)
         save_parity(writer.dir, parity)
-        from uqcompress.steps.init import model_summary
+        from uqcompress.models.summary import model_summary
 
         after = heads_per_layer(loaded)
         writer.summary.update(model_summary(loaded))

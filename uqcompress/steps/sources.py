@@ -435,7 +435,7 @@ def _set_samples(loaded: object, samples: int, path: Path) -> None:
     from uqcompress.errors import ConfigError
     from uqcompress.models.director_model import DirectorModel
     from uqcompress.models.director_model import with_samples as director_samples
-    from uqcompress.models.kinds import DIRECTOR_KEY, MC_DROPOUT_KEY
+    from uqcompress.models.kind_base import DIRECTOR_KEY, MC_DROPOUT_KEY
     from uqcompress.models.mc_dropout_model import MCDropoutModel
     from uqcompress.models.mc_dropout_model import with_samples as dropout_samples
 
