@@ -39,7 +39,7 @@ def test_the_hydra_layer_uses_the_configs_head_dim() -> None:
     config = _config(head_dim=16)
     vit = family_by_name("vit")
     sizes = vit.sizes(config)  # type: ignore[arg-type]
-    layer = HydraLayer(sizes, config_head_dim(config), members=2, slots=3, layout=vit.layout)
+    layer = HydraLayer(sizes, config_head_dim(config), members=2, slots=3, family=vit)
     assert layer.attention.head_dim == 16
     x = torch.randn(2 * 5, 7, 32)  # [M*B, T, d]
     assert layer(x, None).shape == x.shape

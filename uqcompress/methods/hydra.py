@@ -30,28 +30,6 @@ from uqcompress.models.hydra_model import (
 if TYPE_CHECKING:
     from uqcompress.models.loading import LoadedModel
 
-# Config fields that must agree for members to share a residual-stream shape and MLP.
-_SHAPE_KEYS = (
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "intermediate_size",
-    "hidden_act",
-    "layer_norm_eps",
-    "vocab_size",
-    "max_position_embeddings",
-    "type_vocab_size",
-    "embedding_size",
-    "num_key_value_heads",
-    "head_dim",
-    "rms_norm_eps",
-    "mlp_ratio",
-    "use_swiglu_ffn",
-    "image_size",
-    "patch_size",
-    "num_channels",
-)
-
 
 @dataclass(frozen=True)
 class MemberParts:
@@ -122,7 +100,7 @@ def check_fusable(members: list[LoadedModel], names: list[str]) -> None:
                 f"{names[0]} is {first.family.name}",
                 hint="fuse members pruned from one base model",
             )
-        for key in _SHAPE_KEYS:
+        for key in first.family.shape_keys:  # what must agree for one residual stream
             if getattr(member.config, key, None) != getattr(first.config, key, None):
                 raise IncompatibleInputError(
                     f"members come from different base models: {key} is "

@@ -22,6 +22,7 @@ declares the kind to the registry (`models/kinds.py`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +34,6 @@ from transformers.activations import ACT2FN
 from uqcompress.models.families import FAMILIES, Family, family_named
 from uqcompress.models.families.base import (
     BlockSizes,
-    Layout,
     config_head_dim,
     last_token_index,
     rotate,
@@ -101,55 +101,6 @@ class HydraSpec:
         return cls(members=int(raw["members"]), kept_heads=kept)
 
 
-class MemberLayerNorm(nn.Module):
-    """LayerNorm with its own scale and shift per member.
-
-    Shape: x `[M*B, ..., d]` (member-major) -> same.
-    """
-
-    def __init__(self, members: int, hidden: int, eps: float) -> None:
-        super().__init__()
-        self.members, self.eps = members, eps
-        self.weight = nn.Parameter(torch.ones(members, hidden))
-        self.bias = nn.Parameter(torch.zeros(members, hidden))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        hidden = x.shape[-1]
-        normed = F.layer_norm(x, (hidden,), eps=self.eps).reshape(self.members, -1, hidden)
-        # scale and shift in one pass: bias + normed * weight
-        out = torch.addcmul(self.bias[:, None, :], normed, self.weight[:, None, :])
-        return out.reshape(x.shape)
-
-
-class MemberRMSNorm(nn.Module):
-    """RMSNorm (Llama's: in float32, `x / sqrt(mean(x^2) + eps)`, then the scale) with its own
-    scale per member. No bias: `_stack_norm` leaves `bias` None alone.
-
-    Shape: x `[M*B, ..., d]` (member-major) -> same.
-    """
-
-    bias: None = None
-
-    def __init__(self, members: int, hidden: int, eps: float) -> None:
-        super().__init__()
-        self.members, self.eps = members, eps
-        self.weight = nn.Parameter(torch.ones(members, hidden))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype, hidden = x.dtype, x.shape[-1]
-        wide = x.to(torch.float32)
-        normed = wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + self.eps)
-        grouped = normed.to(dtype).reshape(self.members, -1, hidden)
-        return (self.weight[:, None, :] * grouped).reshape(x.shape)
-
-
-def member_norm(kind: str, members: int, width: int, eps: float) -> nn.Module:
-    """A per-member norm of the family's kind (`Layout.norm`)."""
-    if kind == "rmsnorm":
-        return MemberRMSNorm(members, width, eps)
-    return MemberLayerNorm(members, width, eps)
-
-
 class MemberScale(nn.Module):
     """Layer scale with its own `[d]` vector per member (DINOv2's `layer_scale1/2`).
 
@@ -164,6 +115,10 @@ class MemberScale(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         hidden = x.shape[-1]
         return (x.reshape(self.members, -1, hidden) * self.weight[:, None, :]).reshape(x.shape)
+
+
+# A per-member norm over `width` features: the family's `member_norm` with M and eps bound.
+NormBuilder = Callable[[int], nn.Module]
 
 
 class FusedAttention(nn.Module):
@@ -184,7 +139,7 @@ class FusedAttention(nn.Module):
         slots: int,
         head_dim: int,
         dropout: float,
-        qk_norm: tuple[str, float] | None = None,
+        qk_norm: NormBuilder | None = None,
     ) -> None:
         super().__init__()
         self.slots, self.head_dim, self.dropout = slots, head_dim, dropout
@@ -193,10 +148,8 @@ class FusedAttention(nn.Module):
         self.qkv = GroupedLinear(members, hidden, 3 * width)
         self.output = GroupedLinear(members, width, hidden)
         # Per-head norms over head_dim on queries and keys (Qwen3), per member.
-        self.query_norm = (
-            member_norm(qk_norm[0], members, head_dim, qk_norm[1]) if qk_norm else None
-        )
-        self.key_norm = member_norm(qk_norm[0], members, head_dim, qk_norm[1]) if qk_norm else None
+        self.query_norm = qk_norm(head_dim) if qk_norm else None
+        self.key_norm = qk_norm(head_dim) if qk_norm else None
 
     def forward(
         self,
@@ -229,24 +182,29 @@ class FusedAttention(nn.Module):
 
 
 class HydraLayer(nn.Module):
-    """One fused transformer block; `layout` picks the pre-norm (ViT, decoders) or post-norm
-    (BERT) order, the norm kind, a gated MLP, layer scales (DINOv2) and q/k norms (Qwen3).
+    """One fused transformer block; the family's `layout` picks the pre-norm (ViT, decoders)
+    or post-norm (BERT) order, a gated MLP, layer scales (DINOv2) and q/k norms (Qwen3), and
+    its `member_norm` builds the norms.
 
     Shape: x `[M*B, T, d]` -> `[M*B, T, d]`.
     """
 
     def __init__(
-        self, sizes: BlockSizes, head_dim: int, members: int, slots: int, layout: Layout
+        self, sizes: BlockSizes, head_dim: int, members: int, slots: int, family: Family
     ) -> None:
         super().__init__()
-        hidden, eps = sizes.hidden, sizes.norm_eps
+        hidden, eps, layout = sizes.hidden, sizes.norm_eps, family.layout
         self.pre_norm = layout.norm_order == "pre"
-        qk_norm = (layout.norm, eps) if layout.qk_norm else None
+
+        def norm(width: int) -> nn.Module:
+            return family.member_norm(members, width, eps)
+
+        qk_norm = norm if layout.qk_norm else None
         self.attention = FusedAttention(
             members, hidden, slots, head_dim, sizes.attention_dropout, qk_norm
         )
-        self.norm_attention = member_norm(layout.norm, members, hidden, eps)
-        self.norm_mlp = member_norm(layout.norm, members, hidden, eps)
+        self.norm_attention = norm(hidden)
+        self.norm_mlp = norm(hidden)
         inner, bias = sizes.intermediate, sizes.mlp_bias
         self.mlp_gate = nn.Linear(hidden, inner, bias=bias) if sizes.gated_mlp else None
         self.mlp_in = nn.Linear(hidden, inner, bias=bias)
@@ -311,12 +269,12 @@ class HydraModel(nn.Module):
         members, hidden = self.spec.members, sizes.hidden
         self.embeddings = found.build_embeddings(config)
         self.layers = nn.ModuleList(
-            HydraLayer(sizes, config_head_dim(config), members, self.spec.slots(layer), layout)
+            HydraLayer(sizes, config_head_dim(config), members, self.spec.slots(layer), found)
             for layer in range(self.spec.layers)
         )
         final_norm = layout.final_norm
-        norm = layout.norm
-        self.final_norm = member_norm(norm, members, hidden, sizes.norm_eps) if final_norm else None
+        norm = found.member_norm
+        self.final_norm = norm(members, hidden, sizes.norm_eps) if final_norm else None
         pooled = layout.pooler_activation is not None
         self.pooler = GroupedLinear(members, hidden, hidden) if pooled else None
         self.classifier_dropout = nn.Dropout(found.classifier_dropout(config))

@@ -40,16 +40,16 @@ import torch
 from torch import nn
 
 from uqcompress.errors import ConfigError
+from uqcompress.models.families import FAMILIES
 from uqcompress.models.kind_base import MC_DROPOUT_KEY, ModelKind  # MC_DROPOUT_KEY: the spec's
 from uqcompress.models.outputs import MemberOutput
 
 if TYPE_CHECKING:
     from uqcompress.models.families import Family
+    from uqcompress.models.families.base import DropoutSites
 
-# Families whose dropout sites are mapped (and tested); whether the head has a dropout
-# before its classifier.
-CLASSIFIER_DROPOUT = {"bert": True, "vit": False}
-MC_DROPOUT_FAMILIES = tuple(CLASSIFIER_DROPOUT)
+# Families whose dropout sites are mapped (and tested): those declaring `dropout_sites`.
+MC_DROPOUT_FAMILIES = tuple(name for name, f in FAMILIES.items() if f.dropout_sites is not None)
 # The inputs an example's draws are keyed on (uq/noise.py): what the exported graph takes.
 NOISE_KEYS = ("input_ids", "attention_mask", "token_type_ids", "pixel_values")
 
@@ -78,13 +78,19 @@ class MCDropoutSpec:
 
 def mc_dropout_family(family: Family) -> Family:
     """The family, or the one-line refusal of a family whose dropout sites are not mapped."""
-    if family.name not in CLASSIFIER_DROPOUT:
+    dropout_sites(family)
+    return family
+
+
+def dropout_sites(family: Family) -> DropoutSites:
+    """The family's `dropout_sites`, or the one-line refusal where they are not mapped."""
+    if family.dropout_sites is None:
         raise ConfigError(
             f"MC Dropout supports the {' and '.join(MC_DROPOUT_FAMILIES)} families; this "
             f"model is {family.name}",
             hint="use a bert or vit model, or a deep ensemble (uqc eval M1 M2 M3)",
         )
-    return family
+    return family.dropout_sites
 
 
 def config_rate(config: Any) -> float:
@@ -131,7 +137,7 @@ class MCDropoutModel(nn.Module):
         for block in family.blocks(inner):
             parts = family.block_parts(block, self.config)
             sites += [(parts.attention.output, "output"), (parts.mlp.down, "output")]
-        if CLASSIFIER_DROPOUT[family.name]:
+        if dropout_sites(family).classifier:
             sites.append((family.head_parts(inner).classifier, "input"))
         return sites
 

@@ -35,6 +35,15 @@ NormKind = Literal["layernorm", "rmsnorm"]
 # token beside the mean of the others (DINOv2: `[CLS ; mean(patches)]`, twice the width).
 PooledToken = Literal["first", "last", "first_and_mean"]
 
+# Config keys every family's blocks are sized by: the start of each family's `shape_keys`.
+BLOCK_SHAPE_KEYS = (
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "hidden_act",
+)
+
 
 def config_head_dim(config: Any) -> int:
     """Width d_h of one attention head: `config.head_dim` where the config sets it (families
@@ -224,6 +233,16 @@ class Layout:
         return 2 if self.pooled_token == "first_and_mean" else 1
 
 
+@dataclass(frozen=True)
+class DropoutSites:
+    """Where a family's classifier applies its hidden dropout, as MC Dropout masks it: always
+    the embeddings' output and, per block, the attention output projection's and the MLP down
+    projection's outputs (read from the anatomy); `classifier`: also the pooled features
+    before the classifier (BERT's `dropout`; ViT has none there)."""
+
+    classifier: bool
+
+
 class Family(ABC):
     """One transformers architecture family. Adding a family = one new file like bert.py.
 
@@ -240,6 +259,14 @@ class Family(ABC):
     # Keys the family's transformers model reads although its config class does not declare
     # them (`uqc init --set` accepts them).
     extra_config_keys: ClassVar[tuple[str, ...]] = ()
+    # Config keys that must agree for models to share one residual-stream shape and MLP (Hydra
+    # refuses members that differ at one, naming the first): `BLOCK_SHAPE_KEYS`, then the
+    # family's norm eps, vocabulary, positions, image and patch sizes.
+    shape_keys: ClassVar[tuple[str, ...]]
+    # MC Dropout's sites in this family's classifier; None where they are not mapped (and
+    # tested): MC Dropout refuses the family. Not inherited blindly: a subclass with other
+    # modules sets its own (or None).
+    dropout_sites: ClassVar[DropoutSites | None] = None
 
     # --- building --------------------------------------------------------------------------
 
@@ -285,6 +312,21 @@ class Family(ABC):
             hidden_dropout=float(getattr(config, "hidden_dropout_prob", 0.0) or 0.0),
             gated_mlp=self.layout.gated_mlp,
         )
+
+    def member_norm(self, members: int, width: int, eps: float) -> nn.Module:
+        """This family's norm with its own weights per member, over `width` features: what the
+        Hydra model builds for each norm of the blocks, the head and the q/k norms.
+
+        This default picks by `layout.norm` (LayerNorm or Llama's RMSNorm). A family whose
+        norm computes something else overrides it with its own per-member module: `weight`
+        `[M, width]` and `bias` `[M, width]` or None, which Hydra fusion fills by stacking the
+        members' norms. Shape (of the module): `[M*B, ..., width]` member-major -> same.
+        """
+        from uqcompress.models.member_norms import MemberLayerNorm, MemberRMSNorm
+
+        if self.layout.norm == "rmsnorm":
+            return MemberRMSNorm(members, width, eps)
+        return MemberLayerNorm(members, width, eps)
 
     def check_loadable(self, config: PretrainedConfig, where: str) -> None:
         """Refuse, with one line, a checkpoint of this model_type that uqc cannot load as this

@@ -6,8 +6,10 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from uqcompress.models.families.base import (
+    BLOCK_SHAPE_KEYS,
     AttentionParts,
     BlockParts,
+    DropoutSites,
     Family,
     HeadParts,
     Layout,
@@ -34,6 +36,13 @@ class BertLayoutFamily(Family):
     """
 
     backbone: ClassVar[str]
+    shape_keys: ClassVar[tuple[str, ...]] = (
+        *BLOCK_SHAPE_KEYS,
+        "layer_norm_eps",
+        "vocab_size",
+        "max_position_embeddings",
+        "type_vocab_size",
+    )
 
     def _backbone(self, model: nn.Module) -> Any:
         return getattr(model, self.backbone)  # transformers modules are untyped trees
@@ -147,6 +156,7 @@ class BertFamily(BertLayoutFamily):
     backbone = "bert"
     model_types = ("bert",)
     input_kind = "text"
+    dropout_sites = DropoutSites(classifier=True)  # `dropout` before the classifier
     layout = Layout(
         norm_order="post",
         norm="layernorm",
@@ -201,14 +211,16 @@ class BertFamily(BertLayoutFamily):
 
         return BertEmbeddings(config)
 
+    # The head under the backbone's name, so a BERT copy (another backbone) inherits it.
     def head_parts(self, model: nn.Module) -> HeadParts:
         root: Any = model
-        return HeadParts(final_norm=None, pooler=root.bert.pooler.dense, classifier=root.classifier)
+        pooler = self._backbone(model).pooler.dense
+        return HeadParts(final_norm=None, pooler=pooler, classifier=root.classifier)
 
     def head_modules(self, model: nn.Module) -> dict[str, nn.Module]:
         root: Any = model
         return {
-            "pooler": root.bert.pooler,  # reads [CLS] itself
+            "pooler": self._backbone(model).pooler,  # reads [CLS] itself
             "head_dropout": root.dropout,
             "classifier": root.classifier,
         }
@@ -222,3 +234,7 @@ class BertFamily(BertLayoutFamily):
         pooled = modules["pooler"](hidden)  # [B, d]: tanh(dense(hidden[:, 0]))
         logits: torch.Tensor = modules["classifier"](modules["head_dropout"](pooled))
         return logits
+
+
+# What the registry (families/__init__.py) lists from this module.
+REGISTERED: tuple[Family, ...] = (BertFamily(),)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from uqcompress.errors import ConfigError
+from uqcompress.models.families.base import Family
 from uqcompress.models.families.vit import ViTFamily
 
 if TYPE_CHECKING:
@@ -28,6 +29,7 @@ class DeiTFamily(ViTFamily):
     model_types = ("deit",)
     backbone = "deit"
     special_tokens = 2  # CLS and the distillation token
+    dropout_sites = None  # MC Dropout's sites: not mapped (nor tested) for DeiT
     # tiny: 8x8 grey images (scikit-learn's digits); small and base: the shapes of
     # facebook/deit-small-patch16-224 and deit-base-patch16-224.
     presets: ClassVar[dict[str, dict[str, Any]]] = {
@@ -83,3 +85,7 @@ class DeiTFamily(ViTFamily):
                 hint="use a DeiTForImageClassification checkpoint (e.g. a non-distilled "
                 "facebook/deit-*-patch16-224), or fine-tune one and save_pretrained() it",
             )
+
+
+# What the registry (families/__init__.py) lists from this module.
+REGISTERED: tuple[Family, ...] = (DeiTFamily(),)

@@ -13,8 +13,10 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from uqcompress.models.families.base import (
+    BLOCK_SHAPE_KEYS,
     BlockParts,
     BlockSizes,
+    Family,
     HeadParts,
     Layout,
     MlpParts,
@@ -36,6 +38,16 @@ class Dinov2Family(ViTFamily):
     model_types = ("dinov2",)
     backbone = "dinov2"
     special_tokens = 1
+    shape_keys = (
+        *BLOCK_SHAPE_KEYS,
+        "layer_norm_eps",
+        "mlp_ratio",
+        "use_swiglu_ffn",
+        "image_size",
+        "patch_size",
+        "num_channels",
+    )
+    dropout_sites = None  # MC Dropout's sites: not mapped (nor tested) for DINOv2
     layout = Layout(
         norm_order="pre",
         norm="layernorm",
@@ -165,3 +177,7 @@ class Dinov2Family(ViTFamily):
         features = torch.cat([normed[:, 0], normed[:, 1:].mean(dim=1)], dim=1)  # [B, 2d]
         logits: torch.Tensor = modules["classifier"](features)
         return logits
+
+
+# What the registry (families/__init__.py) lists from this module.
+REGISTERED: tuple[Family, ...] = (Dinov2Family(),)

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from uqcompress.models.families.base import (
+    BLOCK_SHAPE_KEYS,
     AttentionParts,
     BlockParts,
     BlockSizes,
@@ -41,6 +42,8 @@ class DistilBertFamily(Family):
     name = "distilbert"
     model_types = ("distilbert",)
     input_kind = "text"
+    # (`hidden_dim` and `activation` are DistilBERT's names of the MLP width and activation)
+    shape_keys = (*BLOCK_SHAPE_KEYS, "vocab_size", "max_position_embeddings")
     layout = Layout(
         norm_order="post",
         norm="layernorm",
@@ -184,3 +187,7 @@ class DistilBertFamily(Family):
         pooled = torch.relu(modules["pre_classifier"](hidden[:, 0]))  # [B, d]
         logits: torch.Tensor = modules["classifier"](modules["head_dropout"](pooled))
         return logits
+
+
+# What the registry (families/__init__.py) lists from this module.
+REGISTERED: tuple[Family, ...] = (DistilBertFamily(),)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from torch import nn
 
-from uqcompress.models.families.base import Layout, label_fields, text_config_values
+from uqcompress.models.families.base import Family, Layout, label_fields, text_config_values
 from uqcompress.models.families.bert import ClassificationHeadFamily
 
 if TYPE_CHECKING:
@@ -44,6 +44,7 @@ class ElectraFamily(ClassificationHeadFamily):
     backbone = "electra"
     model_types = ("electra",)
     input_kind = "text"
+    shape_keys = (*ClassificationHeadFamily.shape_keys, "embedding_size")
     layout = Layout(
         norm_order="post",
         norm="layernorm",
@@ -112,3 +113,7 @@ class ElectraFamily(ClassificationHeadFamily):
         return ProjectedEmbeddings(
             backbone.embeddings, getattr(backbone, "embeddings_project", None)
         )
+
+
+# What the registry (families/__init__.py) lists from this module.
+REGISTERED: tuple[Family, ...] = (ElectraFamily(),)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from uqcompress.errors import ConfigError
 from uqcompress.models.families.base import (
+    BLOCK_SHAPE_KEYS,
     AttentionParts,
     BlockParts,
     BlockSizes,
@@ -76,6 +77,14 @@ class LlamaFamily(Family):
         causal=True,
     )
     extra_config_keys = ()
+    shape_keys: ClassVar[tuple[str, ...]] = (
+        *BLOCK_SHAPE_KEYS,
+        "vocab_size",
+        "max_position_embeddings",
+        "num_key_value_heads",
+        "head_dim",
+        "rms_norm_eps",
+    )
     # tiny and small for tests (GQA: 2 query heads per key/value head); base: Llama-3.2-1B's
     # shapes (its 128,256-token vocabulary only with --set vocab_size=128256).
     presets: ClassVar[dict[str, dict[str, Any]]] = {
@@ -311,3 +320,7 @@ class LlamaFamily(Family):
         last = last_token_index(attention_mask, batch, length).to(hidden.device)
         logits: torch.Tensor = scores[torch.arange(batch, device=hidden.device), last]
         return logits
+
+
+# What the registry (families/__init__.py) lists from this module.
+REGISTERED: tuple[Family, ...] = (LlamaFamily(),)

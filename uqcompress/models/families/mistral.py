@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from uqcompress.models.families.base import Family
 from uqcompress.models.families.llama import LlamaFamily
 
 if TYPE_CHECKING:
@@ -50,3 +51,7 @@ class MistralFamily(LlamaFamily):
         from transformers.models.mistral.modeling_mistral import MistralRotaryEmbedding
 
         return MistralRotaryEmbedding
+
+
+# What the registry (families/__init__.py) lists from this module.
+REGISTERED: tuple[Family, ...] = (MistralFamily(),)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from uqcompress.models.families.base import Layout
+from uqcompress.models.families.base import Family, Layout
 from uqcompress.models.families.llama import LlamaFamily
 
 if TYPE_CHECKING:
@@ -100,3 +100,7 @@ class Qwen3Family(LlamaFamily):
         from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
 
         return Qwen3RotaryEmbedding
+
+
+# What the registry (families/__init__.py) lists from this module.
+REGISTERED: tuple[Family, ...] = (Qwen2Family(), Qwen3Family())

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from uqcompress.models.families.base import Layout, label_fields, text_config_values
+from uqcompress.models.families.base import Family, Layout, label_fields, text_config_values
 from uqcompress.models.families.bert import ClassificationHeadFamily
 
 if TYPE_CHECKING:
@@ -120,3 +120,7 @@ class XLMRobertaFamily(RobertaFamily):
         from transformers.models.xlm_roberta.modeling_xlm_roberta import XLMRobertaEmbeddings
 
         return XLMRobertaEmbeddings(config)
+
+
+# What the registry (families/__init__.py) lists from this module.
+REGISTERED: tuple[Family, ...] = (RobertaFamily(), XLMRobertaFamily())

@@ -7,8 +7,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from uqcompress.errors import ConfigError
 from uqcompress.models.families.base import (
+    BLOCK_SHAPE_KEYS,
     AttentionParts,
     BlockParts,
+    DropoutSites,
     Family,
     HeadParts,
     Layout,
@@ -33,6 +35,14 @@ class ViTFamily(Family):
     backbone: ClassVar[str] = "vit"  # the classifier's attribute holding the encoder
     special_tokens: ClassVar[int] = 1  # tokens before the patches: CLS
     input_kind = "image"
+    shape_keys: ClassVar[tuple[str, ...]] = (
+        *BLOCK_SHAPE_KEYS,
+        "layer_norm_eps",
+        "image_size",
+        "patch_size",
+        "num_channels",
+    )
+    dropout_sites: ClassVar[DropoutSites | None] = DropoutSites(classifier=False)
     layout = Layout(
         norm_order="pre",
         norm="layernorm",
@@ -206,3 +216,7 @@ class ViTFamily(Family):
         attention.v_proj, attention.o_proj = parts.value, parts.output
         if hasattr(attention, "num_heads"):
             attention.num_heads = heads
+
+
+# What the registry (families/__init__.py) lists from this module.
+REGISTERED: tuple[Family, ...] = (ViTFamily(),)
