@@ -18,26 +18,8 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 
 from uqcompress import __version__
-from uqcompress.cli import (
-    calibrate_cmd,
-    compare_cmd,
-    demo_cmd,
-    director_cmd,
-    eval_cmd,
-    export_cmd,
-    finetune_cmd,
-    fuse_cmd,
-    import_cmd,
-    init_cmd,
-    inspect_cmd,
-    mc_dropout_cmd,
-    predict_cmd,
-    prune_cmd,
-    quantize_cmd,
-    run_cmd,
-    score_cmd,
-    sve_cmd,
-)
+from uqcompress.cli import demo_cmd, inspect_cmd, predict_cmd, run_cmd
+from uqcompress.cli.commands import HELP, step_command
 from uqcompress.errors import UqcError
 from uqcompress.runtime import interrupts
 
@@ -114,25 +96,23 @@ def _command(name: str) -> Any:
     return app.command(name, cls=_PlainHelpCommand)
 
 
-_command("init")(init_cmd.init)
-_command("import")(import_cmd.import_model)
-_command("finetune")(finetune_cmd.finetune)
-_command("eval")(eval_cmd.evaluate)
-_command("score")(score_cmd.score)
-_command("prune")(prune_cmd.prune)
-_command("fuse")(fuse_cmd.fuse)
-_command("svd-ensemble")(sve_cmd.svd_ensemble)
-_command("distill-director")(director_cmd.distill_director)
-_command("mc-dropout")(mc_dropout_cmd.mc_dropout)
-_command("calibrate")(calibrate_cmd.calibrate)
-_command("export")(export_cmd.export)
-_command("quantize")(quantize_cmd.quantize)
-_command("predict")(predict_cmd.predict)
-_command("compare")(compare_cmd.compare)
-_command("run")(run_cmd.run_recipe)
-_command("inspect")(inspect_cmd.inspect)
-_command("verify")(inspect_cmd.verify)
-_command("demo")(demo_cmd.demo)
+# The commands a step's config generates (cli/commands.py), and those written by hand.
+_HAND_WRITTEN = {
+    "predict": predict_cmd.predict,
+    "run": run_cmd.run_recipe,
+    "inspect": inspect_cmd.inspect,
+    "verify": inspect_cmd.verify,
+    "demo": demo_cmd.demo,
+}
+# In `uqc --help` order: the pipeline, then what looks at or runs it.
+_ORDER = (
+    "init", "import", "finetune", "eval", "score", "prune", "fuse", "svd-ensemble",
+    "distill-director", "mc-dropout", "calibrate", "export", "quantize", "predict", "compare",
+    "run", "inspect", "verify", "demo",
+)  # fmt: skip
+assert set(_ORDER) == set(HELP) | set(_HAND_WRITTEN), "a command is missing from _ORDER"
+for _name in _ORDER:
+    _command(_name)(step_command(_name) if _name in HELP else _HAND_WRITTEN[_name])
 
 
 def _quiet_libraries() -> None:

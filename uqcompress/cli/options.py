@@ -226,3 +226,32 @@ Resume = Annotated[
         help="Continue an interrupted run of the same command from its last checkpoint.",
     ),
 ]
+
+
+# The options every step spells the same way, by recipe key: a generated command takes the
+# option from here unless its config field has a help of its own (`steps/config.py`).
+SHARED: dict[str, object] = {
+    "device": Device,
+    "threads": Threads,
+    "workers": Workers,
+    "seed": Seed,
+    "batch_size": BatchSize,
+    "max_length": MaxLength,
+    "text_column": TextColumn,
+    "text_pair_column": TextPairColumn,
+    "label_column": LabelColumn,
+    "weight_decay": WeightDecay,
+    "select_best": SelectBest,
+    "patience": Patience,
+    "grad_accum": GradAccum,
+    "max_steps": MaxSteps,
+    "schedule": Schedule,
+    "warmup": Warmup,
+    "optimizer": Optimizer,
+    "ema": Ema,
+    "ema_every": EmaEvery,
+    "ema_start": EmaStart,
+    "checkpoint_every": CheckpointEvery,
+    "resume": Resume,
+    "augment": Augment,
+}

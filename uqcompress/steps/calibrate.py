@@ -21,9 +21,20 @@ ECE_BINS = 15
 @dataclass(frozen=True)
 class CalibrateConfig:
     # runtime: the data's content fingerprints are in the id; batches do not change the fit
-    data: str = fields.runtime()
-    abstain_coverage: float | None = None
-    abstain_score: str = "msp"
+    data: str = fields.runtime(
+        help="Held-out labelled data (not the training data): builtin:NAME\\[@split], "
+        "FILE.csv, a folder or hf:NAME\\[/CONFIG]@SPLIT."
+    )
+    abstain_coverage: float | None = fields.described(
+        None,
+        help="Also fit an uncertainty threshold that answers this fraction of --data, "
+        "e.g. 0.9; predict and the Predictor then return abstain: true|false.",
+    )
+    abstain_score: str = fields.described(
+        "msp",
+        help="Uncertainty the threshold applies to: msp (1 - max probability), entropy, "
+        "or mi (ensembles).",
+    )
     batch_size: int = fields.runtime(64)
     max_length: int | None = None
     text_column: str = fields.runtime("text")

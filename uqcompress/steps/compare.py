@@ -26,9 +26,16 @@ def split_names(text: str | None) -> list[str] | None:
 
 @dataclass(frozen=True)
 class CompareConfig:
-    baseline: int = 0  # index into the EVAL arguments; latency ratios are to this row
+    baseline: int = fields.described(
+        0, help="Which EVAL (0-based) latency ratios are to."
+    )  # index into the EVAL arguments; latency ratios are to this row
     # row names (--names a,b); default: each eval's model directory name
-    names: list[str] | None = fields.option(None, kind=str | None, parse=split_names)
+    names: list[str] | None = fields.option(
+        None,
+        kind=str | None,
+        parse=split_names,
+        help="Row names, comma-separated (default: each model's directory name).",
+    )
 
     def validate(self) -> None:
         fields.problems(self).raise_any()

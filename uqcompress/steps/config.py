@@ -9,6 +9,12 @@ is not the field: `--freeze-head` sets `train_head`), what type the option takes
 it is not the field's: `--labels a,b` is one string) and how to read it into the field
 (`parse`), and its default as an option where it differs (`option_default`: `--device auto`
 where a config built in code runs on the CPU).
+
+A field also carries its option's `help` (the CLI commands are generated from the configs:
+`cli/commands.py`); options every step shares (`--batch-size`, `--seed`, the training
+options...) take theirs from `cli/options.py` unless the field says otherwise. `decl` spells
+an option whose flag is not the key's (`--per-channel/--per-tensor`), and `cli_default` is the
+option's value when absent where a `parse` turns it into the field (`--freeze-head`: False).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from uqcompress.errors import Problems
 from uqcompress.runtime.limits import over_limit
 
 RUNTIME = "runtime"
+HELP = "help"  # the option's --help text (a field without one takes the shared option's)
 ID_OMIT = "id_omit"  # the value at which a field is left out of the id (it was added later)
 
 
@@ -45,6 +52,21 @@ def workers() -> Any:
     return runtime(0)
 
 
+def described(
+    default: Any = dataclasses.MISSING,
+    *,
+    help: str,
+    default_factory: Any = dataclasses.MISSING,
+    **metadata: Any,
+) -> Any:
+    """A field that changes the result, with its option's help text."""
+    if default_factory is not dataclasses.MISSING:
+        return dataclasses.field(
+            default_factory=default_factory, metadata={RUNTIME: False, HELP: help, **metadata}
+        )
+    return dataclasses.field(default=default, metadata={RUNTIME: False, HELP: help, **metadata})
+
+
 def option(
     default: Any = dataclasses.MISSING,
     *,
@@ -53,9 +75,11 @@ def option(
     parse: Callable[[Any], Any] | None = None,
     is_runtime: bool = False,
     default_factory: Any = dataclasses.MISSING,
+    **extra: Any,
 ) -> Any:
-    """A field whose option differs from it: another name, type or reading."""
-    metadata: dict[str, Any] = {RUNTIME: is_runtime}
+    """A field whose option differs from it: another name, type or reading (`extra`: more
+    metadata, e.g. `help`)."""
+    metadata: dict[str, Any] = {RUNTIME: is_runtime, **extra}
     if name is not None:
         metadata["option"] = name
     if kind is not None:
@@ -67,12 +91,12 @@ def option(
     return dataclasses.field(default=default, metadata=metadata)
 
 
-def added(default: Any, omit: Any = dataclasses.MISSING) -> Any:
+def added(default: Any, omit: Any = dataclasses.MISSING, **metadata: Any) -> Any:
     """A field that changes the result but was added after artifacts were made without it:
     at `omit` (default: `default`), the behaviour from before, it is left out of the id, so
     those artifacts keep their ids."""
     value = default if omit is dataclasses.MISSING else omit
-    return dataclasses.field(default=default, metadata={RUNTIME: False, ID_OMIT: value})
+    return dataclasses.field(default=default, metadata={RUNTIME: False, ID_OMIT: value, **metadata})
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -23,19 +23,36 @@ DEFAULT_LAMBDA_STD = 0.1  # the research code's std weight (`mlp_gamma`), --loss
 @dataclass(frozen=True)
 class DirectorConfig(fields.TrainingOptions):
     # runtime: the data's content fingerprints, which cover the columns used, are in the id
-    data: str = fields.runtime()
-    val: str | None = fields.runtime(None)
-    depth: int = 1
-    samples: int = 10
-    replace_last: int | None = None  # None: every layer
-    loss: str = "kl"
-    lambda_mean: float = 1.0
-    lambda_std: float | None = None  # --loss mse only (default DEFAULT_LAMBDA_STD there)
-    lambda_ce: float = 1.0
+    data: str = fields.runtime(
+        help="Training data: builtin:NAME\\[@split], FILE.csv, a "
+        "folder or hf:NAME\\[/CONFIG]@SPLIT."
+    )
+    val: str | None = fields.runtime(None, help="Validation data (accuracy, ECE per epoch).")
+    depth: int = fields.described(1, help="DiT blocks in the shared transition.")
+    samples: int = fields.described(10, help="Roll-outs S averaged at inference (stored).")
+    replace_last: int | None = fields.described(
+        None, help="Replace only the last K blocks (the first L-K stay); default: all."
+    )  # None: every layer
+    loss: str = fields.described(
+        "kl",
+        help="Per-step distillation: kl (Gaussian KL; the NLL of the teacher's state when "
+        "the teacher is deterministic), nll, or mse (the research code's).",
+    )
+    lambda_mean: float = fields.described(1.0, help="Weight of L1.")
+    lambda_std: float | None = fields.described(
+        None, help="Weight of the std term; only with --loss mse (default there: 0.1)."
+    )  # --loss mse only (default DEFAULT_LAMBDA_STD there)
+    lambda_ce: float = fields.described(1.0, help="Weight of the sampled roll-out's CE (L2).")
     # --freeze-head keeps the teacher's last MLP, norm and classifier
-    train_head: bool = fields.option(True, name="freeze_head", parse=lambda freeze: not freeze)
-    epochs: int = 10
-    lr: float = 1e-3
+    train_head: bool = fields.option(
+        True,
+        name="freeze_head",
+        parse=lambda freeze: not freeze,
+        cli_default=False,
+        help="Keep the teacher's last MLP, norm and classifier.",
+    )
+    epochs: int = fields.described(10, help="Passes over the data.")
+    lr: float = fields.described(1e-3, help="Peak learning rate.")
     weight_decay: float = 0.01
     batch_size: int = 32
     seed: int = 0

@@ -23,14 +23,34 @@ class EvalConfig:
     # runtime: runtime settings and data spec strings (content fingerprints are in the id;
     # OOD set *names* stay in, since metric keys are built from them). A reused eval keeps
     # the latency it measured when it was built.
-    data: str = fields.runtime()
-    ood: list[str] = fields.option(
-        kind=list[str], parse=lambda v: list(v or []), is_runtime=True, default_factory=list
+    data: str = fields.runtime(
+        help="Labelled data: builtin:NAME\\[@split], FILE.csv, a "
+        "folder or hf:NAME\\[/CONFIG]@SPLIT."
     )
-    gate: str | None = None
-    samples: int | None = None  # DIRECTOR, MC Dropout: samples per input (default: stored S)
+    ood: list[str] = fields.option(
+        kind=list[str],
+        parse=lambda v: list(v or []),
+        is_runtime=True,
+        default_factory=list,
+        help="Out-of-distribution data (repeatable), e.g. "
+        "builtin:photo-patches; labels not needed. Adds ood.<set>.<score>.* metrics.",
+    )
+    gate: str | None = fields.described(
+        None,
+        help='Quality bounds, e.g. "acc>=0.9,ece<=0.05": exit 3 if one '
+        "fails (the artifact is still written).",
+    )
+    samples: int | None = fields.described(
+        None,
+        help="DIRECTOR students, MC Dropout models: samples per input (default: the stored S).",
+    )  # DIRECTOR, MC Dropout: samples per input (default: stored S)
     # DIRECTOR, MC Dropout: samples per pass (None: sized to memory); memory and speed only
-    sample_chunk: int | None = fields.runtime(None)
+    sample_chunk: int | None = fields.runtime(
+        None,
+        help="DIRECTOR students, MC Dropout models: samples run per pass (memory and "
+        "speed only, the same "
+        "result). Default: as many as fit 16384 tokens (sequences x length) per pass.",
+    )
     batch_size: int = fields.runtime(64)
     max_length: int | None = None
     text_column: str = fields.runtime("text")

@@ -22,18 +22,33 @@ OPSETS = (18, 23)
 
 @dataclass(frozen=True)
 class ExportConfig:
-    format: str = "onnx"
+    format: str = fields.described("onnx", help="onnx or safetensors.")
     # runtime: examples for the parity check only; the exported model does not depend on them
-    data: str | None = fields.runtime(None)
-    atol: float = 1e-4
-    opset: int = 18
+    data: str | None = fields.runtime(
+        None,
+        help="Real examples for the ONNX parity check (labels not "
+        "needed). Default: synthetic inputs.",
+    )
+    atol: float = fields.described(
+        1e-4,
+        help="Largest allowed |probs difference| ONNX vs PyTorch (absolute, probability units).",
+    )
+    opset: int = fields.described(18, help="ONNX opset, 18..23.")
     text_column: str = fields.runtime("text")
     label_column: str = fields.runtime("label")
     text_pair_column: str | None = fields.runtime(None)
-    materialize: bool = False  # SVE only: dense per-member weights in the graph
+    materialize: bool = fields.described(
+        False,
+        help="SVE models: dense per-member weights in the graph (M weight copies, fewer "
+        "FLOPs per member) instead of the factorised form (U, V once; small file).",
+    )  # SVE only: dense per-member weights in the graph
     # text: the token length the Predictor truncates to (None: the length the model was
     # trained at, else its position table); bounded by the position table at export
-    max_length: int | None = fields.added(None)
+    max_length: int | None = fields.added(
+        None,
+        help="Text: the token length the exported model truncates to. Default: the "
+        "length it was fine-tuned at (else its position table); at most the position table.",
+    )
     device: str = fields.device("cpu")
     threads: int | None = fields.threads()
 

@@ -20,10 +20,13 @@ from uqcompress.steps.common import (
 @dataclass(frozen=True)
 class FinetuneConfig(fields.TrainingOptions):
     # runtime: the data's content fingerprints, which cover the columns used, are in the id
-    data: str = fields.runtime()
-    val: str | None = fields.runtime(None)
-    epochs: int = 3
-    lr: float = 5e-4
+    data: str = fields.runtime(
+        help="Training data: builtin:NAME\\[@split], FILE.csv, a "
+        "folder or hf:NAME\\[/CONFIG]@SPLIT."
+    )
+    val: str | None = fields.runtime(None, help="Validation data, scored after every epoch.")
+    epochs: int = fields.described(3, help="Passes over the data.")
+    lr: float = fields.described(5e-4, help="Peak learning rate.")
     weight_decay: float = 0.01
     batch_size: int = 32
     seed: int = 0
@@ -31,7 +34,9 @@ class FinetuneConfig(fields.TrainingOptions):
     text_column: str = fields.runtime("text")
     label_column: str = fields.runtime("label")
     text_pair_column: str | None = fields.runtime(None)
-    precision: str = "fp32"
+    precision: str = fields.described(
+        "fp32", help="fp32, or bf16 mixed precision (for GPUs; through accelerate)."
+    )
     device: str = fields.device()
     threads: int | None = fields.threads()
 

@@ -15,7 +15,11 @@ from uqcompress.steps.common import StepResult, build_or_reuse
 @dataclass(frozen=True)
 class ImportConfig:
     # Only which files were read decides the result (their fingerprint is the id).
-    trust_remote_code: bool = fields.runtime(False)
+    trust_remote_code: bool = fields.runtime(
+        False,
+        help="Accept a checkpoint whose config asks to run its own code (auto_map). uqc "
+        "never runs that code; it loads the weights with transformers' classes for the family.",
+    )
 
     def validate(self) -> None:
         fields.problems(self).raise_any()

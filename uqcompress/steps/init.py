@@ -35,15 +35,35 @@ def split_labels(text: str | None) -> list[str] | None:
 
 @dataclass(frozen=True)
 class InitConfig:
-    family: str
-    preset: str = "tiny"
-    overrides: dict[str, Any] = fields.option(
-        name="set", kind=list[str], parse=lambda v: parse_sets(v or []), default_factory=dict
+    family: str = fields.described(
+        help="Model family. Text: bert, roberta, xlm-roberta, distilbert, electra. "
+        "Images: vit, deit, dinov2."
     )
-    labels: list[str] | None = fields.option(None, kind=str | None, parse=split_labels)
-    num_labels: int | None = None
-    image_size: int | None = None
-    patch_size: int | None = None
+    preset: str = fields.described("tiny", help="Size preset: tiny, small or base.")
+    overrides: dict[str, Any] = fields.option(
+        name="set",
+        kind=list[str],
+        parse=lambda v: parse_sets(v or []),
+        default_factory=dict,
+        help="Override a transformers config value, key=value "
+        "(repeatable), e.g. --set num_hidden_layers=6.",
+    )
+    labels: list[str] | None = fields.option(
+        None, kind=str | None, parse=split_labels, help="Comma-separated class names, e.g. neg,pos."
+    )
+    num_labels: int | None = fields.described(
+        None, help="Number of classes (names then come from the data)."
+    )
+    image_size: int | None = fields.described(
+        None,
+        help="Image families: input side in pixels. Default: the preset's (8 for tiny, "
+        "224 for base).",
+    )
+    patch_size: int | None = fields.described(
+        None,
+        help="Image families: patch side in pixels. Default: the preset's (2 for tiny, "
+        "16 for ViT/DeiT base, 14 for DINOv2).",
+    )
     seed: int = 0
 
     def validate(self) -> None:

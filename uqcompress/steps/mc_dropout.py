@@ -14,9 +14,15 @@ from uqcompress.steps.common import StepResult, build_or_reuse
 
 @dataclass(frozen=True)
 class MCDropoutConfig:
-    samples: int = 10
-    rate: float | None = None  # None: the model's own hidden_dropout_prob (recorded resolved)
-    seed: int = 0  # of the per-example dropout masks
+    samples: int = fields.described(10, help="Dropout samples S averaged per input (members).")
+    rate: float | None = fields.described(
+        None,
+        help="Drop probability p in [0, 1) at every site. Default: the model's own "
+        "hidden_dropout_prob (0.1 for BERT).",
+    )  # None: the model's own hidden_dropout_prob (recorded resolved)
+    seed: int = fields.described(
+        0, help="Seed of the per-example dropout masks."
+    )  # of the per-example dropout masks
     device: str = fields.device("cpu")
     threads: int | None = fields.threads()
 

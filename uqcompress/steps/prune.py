@@ -19,15 +19,43 @@ PARITY_ATOL = 1e-5  # pruned vs gated full model: the same function, up to float
 
 @dataclass(frozen=True)
 class PruneConfig:
-    ratio: float | None = None  # required for one model; members default to H / M heads each
+    ratio: float | None = fields.described(
+        None,
+        help="Fraction of heads to remove, [0, 1). Required for one "
+        "model; with --members the default keeps max(1, round(H/M)) heads per "
+        "layer in each member. Circuit scores need the ratio they were searched for.",
+    )  # required for one model; members default to H / M heads each
     # None: global for one model (HIES's and Michel et al.'s selection), layer for members;
     # resolved (and recorded) before the artifact id is computed
-    scope: str | None = None
-    min_heads_per_layer: int = 1
-    members: int = 1
-    select: str = "topk"
-    unit: str = "query"  # grouped-query attention: remove tiers of query heads, or kv groups
-    seed: int = 0
+    scope: str | None = fields.described(
+        None,
+        help="global (the lowest scores anywhere go, uneven heads per layer: HIES's and "
+        "Michel et al.'s selection) or layer (the same share per layer). Default: global "
+        "for one model, layer for --members; searched circuits (headmap, greedy-circuit) "
+        "are kept as searched.",
+    )
+    min_heads_per_layer: int = fields.described(
+        1, help="Heads every layer keeps (0 allows empty layers)."
+    )
+    members: int = fields.described(
+        1, help="Differently-pruned members to produce (an ensemble); writes a members artifact."
+    )
+    select: str = fields.described(
+        "topk",
+        help="Members: topk (score set m for member m; needs "
+        "uqc score --members M), gumbel (Gumbel-top-k sampling from one ranking) "
+        "or partition (ranked heads dealt round-robin: no shared head). gumbel and "
+        "partition rank by the mean of all score sets when given several. Circuit "
+        "scores (headmap, greedy-circuit) take topk only: member m keeps circuit m "
+        "as searched.",
+    )
+    unit: str = fields.described(
+        "query",
+        help="Grouped-query attention (decoders): query (remove tiers of query heads, so "
+        "every key/value head keeps as many query heads as the others) or kv (remove "
+        "whole key/value heads with their query heads). Ignored without GQA.",
+    )  # grouped-query attention: remove tiers of query heads, or kv groups
+    seed: int = fields.described(0, help="Seed of --select gumbel.")
     device: str = fields.device("cpu")
     threads: int | None = fields.threads()
 

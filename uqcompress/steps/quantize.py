@@ -43,33 +43,86 @@ KEPT_SUMMARY = (
 
 @dataclass(frozen=True)
 class QuantizeConfig:
-    mode: str = "dynamic"
+    mode: str = fields.described(
+        "dynamic",
+        help="dynamic (int8 weights, activations quantized at run time), static (int8 "
+        "QDQ, activation ranges calibrated on --data) or fp16 (float16 weights and "
+        "compute, float32 inputs/outputs; for GPU execution providers).",
+    )
     # runtime: data spec strings (their content fingerprints are in the id)
-    data: str | None = fields.runtime(None)
+    data: str | None = fields.runtime(
+        None,
+        help="Examples for the drift gate (labelled, for the ECE and NLL deltas) and, "
+        "with --mode static, for calibration: builtin:NAME\\[@split], FILE.csv, a "
+        "folder or hf:NAME\\[/CONFIG]@SPLIT.",
+    )
     ood: list[str] = fields.option(
-        kind=list[str], parse=lambda v: list(v or []), is_runtime=True, default_factory=list
+        kind=list[str],
+        parse=lambda v: list(v or []),
+        is_runtime=True,
+        default_factory=list,
+        help="Out-of-distribution data (repeatable; labels not needed): the gate also "
+        "bounds the drop of OOD AUROC (msp, entropy, and mi for ensembles).",
     )
     # the gate's own rows: then --data only calibrates (static), all of it eligible
-    gate_data: str | None = fields.added(None)
+    gate_data: str | None = fields.added(
+        None,
+        help="Separate examples for the drift gate: then the gate runs on all of them and "
+        "--data only calibrates (--mode static: a seeded sample of --calib-size rows).",
+    )
     # int8 scales: True per output channel, False per tensor, None (auto) per channel first and
     # per tensor if that fails the gate. Measured (benchmarks/quantize_gate_real.py): on a real
     # MiniLM per tensor failed the gate and per channel passed; on the tiny test models and
     # digits ONNX Runtime's per-channel MatMul drifts more than per tensor.
-    per_channel: bool | None = None
-    exclude: str | None = None
-    calib_size: int = 128
-    seed: int = 0  # --mode static: which rows of --data calibrate (the others gate)
-    calib_method: str = "minmax"
-    min_agreement: float = 0.99
-    max_ece_delta: float = 0.01
-    max_nll_delta: float = 0.02
+    per_channel: bool | None = fields.described(
+        None,
+        decl="--per-channel/--per-tensor",
+        help="int8: one scale per output channel, or one per weight tensor. Neither: per "
+        "channel first (on a real MiniLM it passed the gate where per tensor failed), per "
+        "tensor if that fails the gate (on small models it drifts less).",
+    )
+    exclude: str | None = fields.described(
+        None,
+        help="Regular expression over ONNX node names to keep in float32 (the "
+        "uncertainty tail always is).",
+    )
+    calib_size: int = fields.described(
+        128,
+        help="--mode static: calibration examples, a seeded random sample of at most "
+        "half of --data (the other rows gate); 1 to 4096.",
+    )
+    seed: int = fields.described(
+        0, help="--mode static: which rows of --data calibrate."
+    )  # --mode static: which rows of --data calibrate (the others gate)
+    calib_method: str = fields.described(
+        "minmax", help="--mode static: minmax, entropy or percentile (ONNX Runtime)."
+    )
+    min_agreement: float = fields.described(
+        0.99, help="Gate: smallest fraction of argmax predictions kept."
+    )
+    max_ece_delta: float = fields.described(0.01, help="Gate: largest |ECE change| (15 bins).")
+    max_nll_delta: float = fields.described(0.02, help="Gate: largest |NLL change| (nats).")
     # None: 0.01 with --ood; set without --ood it would bound nothing, so it is refused
-    max_auroc_drop: float | None = None
-    max_coverage_delta: float = 0.02
+    max_auroc_drop: float | None = fields.described(
+        None, help="Gate, with --ood only: largest drop of OOD AUROC \\[default: 0.01]."
+    )
+    max_coverage_delta: float = fields.described(
+        0.02,
+        help="Gate, calibrated models with an abstention rule: largest |coverage change| "
+        "at the stored threshold.",
+    )
     # |change of mean entropy / mean MI| over the gate rows, relative to the float32 value
     # (plus UNCERTAINTY_FLOOR nats, so that values near 0 never fail on noise)
-    max_entropy_shift: float = 0.1
-    max_mi_shift: float = 0.1
+    max_entropy_shift: float = fields.described(
+        0.1,
+        help="Gate: largest |change of the mean predictive entropy| over the gate rows, "
+        "relative to the float32 export's (plus 0.01 nats).",
+    )
+    max_mi_shift: float = fields.described(
+        0.1,
+        help="Gate: largest |change of the mean mutual information| (ensembles), relative "
+        "to the float32 export's (plus 0.01 nats).",
+    )
     batch_size: int = fields.runtime(64)
     text_column: str = fields.runtime("text")
     label_column: str = fields.runtime("label")

@@ -35,6 +35,8 @@ class Role:
     many: bool = False  # several paths (a variadic argument)
     required: bool = True
     flag: str | None = None  # given as an option (prune --scores); None: a positional argument
+    help: str = "Model artifact or transformers dir ('-': stdin)."  # the argument's --help
+    metavar: str | None = None  # as --help names it (default: the key in capitals)
 
 
 @dataclass(frozen=True)
@@ -263,7 +265,13 @@ STEPS: dict[str, Step] = {
             "import",
             "uqcompress.steps.import_",
             "ImportConfig",
-            (Role("source"),),
+            (
+                Role(
+                    "source",
+                    help="A transformers save_pretrained directory, or a Hugging Face Hub id "
+                    "(org/name, downloaded when online) ('-' reads stdin).",
+                ),
+            ),
             lambda m, i, cfg, out, force: m.run(i["source"], out, force, cfg.trust_remote_code),
         ),
         Step("finetune", "uqcompress.steps.finetune", "FinetuneConfig", MODEL, _one),
@@ -272,27 +280,85 @@ STEPS: dict[str, Step] = {
             "prune",
             "uqcompress.steps.prune",
             "PruneConfig",
-            (Role("input"), Role("scores", required=False, flag="--scores")),
+            (
+                Role(
+                    "input",
+                    help="A scores artifact (its model is found through its lineage), or a "
+                    "model with --scores ('-': stdin).",
+                    metavar="INPUT",
+                ),
+                Role(
+                    "scores",
+                    required=False,
+                    flag="--scores",
+                    help="Scores artifact, when INPUT is a model.",
+                ),
+            ),
             lambda m, i, cfg, out, force: m.run(i["input"], cfg, i.get("scores"), out, force),
         ),
         Step(
             "fuse",
             "uqcompress.steps.fuse",
             "FuseConfig",
-            (Role("members", many=True),),
+            (
+                Role(
+                    "members",
+                    many=True,
+                    help="A members artifact (uqc prune --members M), or several pruned model "
+                    "artifacts of one base ('-': read one path from stdin).",
+                    metavar="MEMBERS...",
+                ),
+            ),
             lambda m, i, cfg, out, force: m.run(i["members"], cfg, out, force),
         ),
-        Step("svd-ensemble", "uqcompress.steps.sve", "SVEConfig", MODEL, _one),
-        Step("distill-director", "uqcompress.steps.director", "DirectorConfig", MODEL, _one),
-        Step("mc-dropout", "uqcompress.steps.mc_dropout", "MCDropoutConfig", MODEL, _one),
+        Step(
+            "svd-ensemble",
+            "uqcompress.steps.sve",
+            "SVEConfig",
+            (
+                Role(
+                    "model",
+                    help="A fine-tuned model artifact or transformers dir, or a pretrained "
+                    "backbone with --heads fresh ('-': stdin).",
+                ),
+            ),
+            _one,
+        ),
+        Step(
+            "distill-director",
+            "uqcompress.steps.director",
+            "DirectorConfig",
+            (Role("model", help="The teacher: a fine-tuned model artifact or transformers dir."),),
+            _one,
+        ),
+        Step(
+            "mc-dropout",
+            "uqcompress.steps.mc_dropout",
+            "MCDropoutConfig",
+            (Role("model", help="A fine-tuned model artifact or transformers dir ('-': stdin)."),),
+            _one,
+        ),
         Step("calibrate", "uqcompress.steps.calibrate", "CalibrateConfig", MODEL, _one),
         Step("export", "uqcompress.steps.export", "ExportConfig", MODEL, _one),
-        Step("quantize", "uqcompress.steps.quantize", "QuantizeConfig", MODEL, _one),
+        Step(
+            "quantize",
+            "uqcompress.steps.quantize",
+            "QuantizeConfig",
+            (Role("model", help="ONNX artifact written by uqc export ('-': stdin)."),),
+            _one,
+        ),
         Step(
             "eval",
             "uqcompress.steps.eval",
             "EvalConfig",
-            (Role("models", many=True),),
+            (
+                Role(
+                    "models",
+                    many=True,
+                    help="One model, or several for a deep ensemble ('-': read one path from "
+                    "stdin).",
+                ),
+            ),
             lambda m, i, cfg, out, force: m.run(i["models"], cfg, out, force),
             verdict_name="check_gate",
         ),
@@ -300,7 +366,14 @@ STEPS: dict[str, Step] = {
             "compare",
             "uqcompress.steps.compare",
             "CompareConfig",
-            (Role("evals", many=True),),
+            (
+                Role(
+                    "evals",
+                    many=True,
+                    help="Eval artifacts (uqc eval) of the same test data.",
+                    metavar="EVAL...",
+                ),
+            ),
             lambda m, i, cfg, out, force: m.run(i["evals"], cfg, out, force),
         ),
     )

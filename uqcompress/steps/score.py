@@ -19,25 +19,47 @@ if TYPE_CHECKING:
     from uqcompress.methods.scoring.scorer import Progress
 
 SCORES_FILE = "scores.safetensors"
+SEARCHING = ", ".join(registry.searching())  # the scorers --ood and --ratio are for
 
 
 @dataclass(frozen=True)
 class ScoreConfig:
-    method: str = "hies"
+    method: str = fields.described("hies", help=registry.method_help())
     # runtime: the data's content fingerprints are in the id instead
-    data: str | None = fields.runtime(None)
-    calib_size: int = 32
-    alpha: float = 0.5
-    his_abs: str = "sample"
-    norm_scope: str = "global"
-    taylor_layer_l2: bool = False
-    taylor_minmax: bool = False
-    ood: str | None = fields.runtime(None)
-    ratio: float | None = None
-    members: int = 1
+    data: str | None = fields.runtime(
+        None, help=f"Labelled calibration data ({', '.join(registry.needing_data())})."
+    )
+    calib_size: int = fields.described(32, help="Calibration examples (a seeded subset).")
+    alpha: float = fields.described(0.5, help="HIES weight of importance vs attention entropy.")
+    his_abs: str = fields.described(
+        "sample", help="HIES: |.| per sample (as defined) or per batch."
+    )
+    norm_scope: str = fields.described("global", help="HIES min-max scope: global or layer.")
+    taylor_layer_l2: bool = fields.described(
+        False, help="Taylor: divide each layer by its L2 norm."
+    )
+    taylor_minmax: bool = fields.described(False, help="Taylor: then min-max over all heads.")
+    ood: str | None = fields.runtime(
+        None,
+        help=f"{SEARCHING}: OOD data for the uncertainty objective (AUROC - NLL / ln C; ours).",
+    )
+    ratio: float | None = fields.described(
+        None,
+        help=f"{SEARCHING}: fraction of heads per layer to remove (the search keeps the rest).",
+    )
+    members: int = fields.described(
+        1,
+        help="Score sets, each on its own seeded calibration subset "
+        "(seed + m), for M ensemble members.",
+    )
     seed: int = 0
     # headmap: the examples whose lowest-loss `calib_size` are kept (None: all of --data)
-    calib_pool: int | None = fields.added(None)
+    calib_pool: int | None = fields.added(
+        None,
+        help="headmap: examples (a seeded subset of --data; default all of it) whose "
+        "--calib-size lowest-loss ones are the calibration set, as HeadMap picks them. "
+        "Needed with --members (member m draws its pool with seed + m).",
+    )
     batch_size: int = 16
     max_length: int | None = None
     text_column: str = fields.runtime("text")

@@ -21,19 +21,43 @@ OTHER_LABELS_HINT = (
 @dataclass(frozen=True)
 class SVEConfig(fields.TrainingOptions):
     # runtime: the data's content fingerprints, which cover the columns used, are in the id
-    data: str = fields.runtime()
-    val: str | None = fields.runtime(None)
-    members: int = 4
-    sigma_init: float = 0.01
-    targets: str = "default"
-    rank: str = "full"  # or a number: every target truncated to that rank
+    data: str = fields.runtime(
+        help="Training data: builtin:NAME\\[@split], FILE.csv, a "
+        "folder or hf:NAME\\[/CONFIG]@SPLIT."
+    )
+    val: str | None = fields.runtime(None, help="Validation data, scored after every epoch.")
+    members: int = fields.described(4, help="Ensemble members M.")
+    sigma_init: float = fields.described(
+        0.01, help="Relative noise on each member's initial singular values."
+    )
+    targets: str = fields.described(
+        "default",
+        help="Linears to decompose: default (attention Q/K/V/O and both MLP "
+        "projections), attention, or comma-separated regular expressions over module names.",
+    )
+    rank: str = fields.described(
+        "full", help="full, or N: keep the top N singular directions."
+    )  # or a number: every target truncated to that rank
     # auto: fresh heads for a base without a trained head, else copies of its head
-    heads: str = fields.added("auto")
+    heads: str = fields.added(
+        "auto",
+        help="The members' classifier heads: copy (each a copy of the model's trained "
+        "head: SVE post hoc on a fine-tuned classifier), fresh (each member its own "
+        "randomly initialised head for the data's classes, the model's head and labels "
+        "discarded: SVE as fine-tuning from a pretrained backbone), or auto (fresh for a "
+        "model without a trained head, else copy).",
+    )
     # the paper's SVE: per-member biases only where the base has biases; True: on every
     # target (what every SVE before this option did, so it keeps their ids)
-    extra_biases: bool = fields.added(False, omit=True)
-    epochs: int = 3
-    lr: float = 1e-3
+    extra_biases: bool = fields.added(
+        False,
+        omit=True,
+        help="Give every target layer per-member biases, also layers without a bias "
+        "(Llama/Qwen projections); counted apart from the paper's overhead. Default: "
+        "the paper's SVE, members' biases only where the model has biases.",
+    )
+    epochs: int = fields.described(3, help="Passes over the data.")
+    lr: float = fields.described(1e-3, help="Peak learning rate (singular values, biases, heads).")
     weight_decay: float = 0.01
     batch_size: int = 32
     seed: int = 0
@@ -41,7 +65,7 @@ class SVEConfig(fields.TrainingOptions):
     text_column: str = fields.runtime("text")
     label_column: str = fields.runtime("label")
     text_pair_column: str | None = fields.runtime(None)
-    precision: str = "fp32"
+    precision: str = fields.described("fp32", help="fp32, or bf16 mixed precision (GPUs).")
     device: str = fields.device()
     threads: int | None = fields.threads()
 

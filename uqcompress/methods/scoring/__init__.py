@@ -22,7 +22,8 @@ Adding a scorer takes one new file (and its test), `methods/scoring/NAME.py`:
 
 and naming it in `registry.py`'s import and `SCORERS` (its place there is its place in the
 help). `uqc score --method`, its choices, its help and its checks then know it; a new config
-field it reads goes in `steps/score.py`'s `ScoreConfig` and `cli/score_cmd.py`. Scorer modules
+field it reads goes in `steps/score.py`'s `ScoreConfig`, with its help (the command line
+is generated from it). Scorer modules
 never import one another (an import-linter contract in pyproject.toml).
 
 Every name below is importable from here, as before the split (`from
