@@ -20,7 +20,7 @@ def main() -> None:
     from uqcompress.cli.app import run
     from uqcompress.errors import DataError
     from uqcompress.runtime.distributed import all_gather_objects, rank
-    from uqcompress.steps import sources
+    from uqcompress.engine import sources
 
     def broken(*args: object, **kwargs: object) -> object:
         raise DataError("injected failure on this rank", hint="none: a test")

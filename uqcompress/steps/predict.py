@@ -112,7 +112,7 @@ def write_predictions(
         is_main_process,
         shard_bounds,
     )
-    from uqcompress.steps.sources import take
+    from uqcompress.engine.sources import take
     from uqcompress.uq.calibration import abstain_scores, abstains
 
     labels: list[str] = source.labels
