@@ -2,7 +2,7 @@
 
 A tiny BERT (uqcompress.models.tiny, untrained, labels neg/pos) predicts N generated texts for
 each N. Columns: `predict` runs `steps.predict.write_predictions` into a file; `eval
-predictions` runs what eval runs before its metrics (`steps.sources.predict_sharded`, one
+predictions` runs what eval runs before its metrics (`engine.sources.predict_sharded`, one
 process) and `kept` is the size of the arrays it returns (member logits, probs, entropy, MI);
 `reading the CSV` is `data.load_data` of the same texts as a CSV (the data layer, which still
 reads the whole set). Each number is the Python-heap peak during the run beyond what was
@@ -52,9 +52,10 @@ def main() -> None:
 
     from uqcompress.data import load_data
     from uqcompress.data.dataset import LabeledData
+    from uqcompress.engine.sources import predict_sharded
+    from uqcompress.export.source import open_source
     from uqcompress.steps import init
     from uqcompress.steps.predict import write_predictions
-    from uqcompress.steps.sources import open_source, predict_sharded
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

@@ -245,8 +245,8 @@ def test_the_abstain_threshold_is_fitted_on_the_values_every_consumer_computes(
     """Issue 14, item 20: the threshold is one of the scores `predict` computes (bitwise:
     same formula, same float32 dtype), and the ONNX Predictor's to float32 round-off."""
     from uqcompress.data import load_data
+    from uqcompress.engine.sources import TorchSource
     from uqcompress.export.runtime import Predictor
-    from uqcompress.steps.sources import TorchSource
 
     extra = ("--abstain-coverage", "0.8", "--abstain-score", score)
     calibrated = _calibrate(cli, overconfident_vit, tmp_path / "c", *extra)

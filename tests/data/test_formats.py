@@ -144,7 +144,7 @@ def _write_digit_pngs(root: Path, split: str) -> None:
 
 def test_digits_as_png_folder_score_identically(tmp_path: Path, tiny_vit_artifact: Path) -> None:
     from uqcompress.data.builtin import _digits_splits
-    from uqcompress.steps.sources import open_source
+    from uqcompress.export.source import open_source
 
     _write_digit_pngs(tmp_path / "pngs", "val")
     folder = load_data(str(tmp_path / "pngs"))

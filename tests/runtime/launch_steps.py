@@ -18,9 +18,9 @@ from typing import Any
 
 def main() -> None:
     from uqcompress.cli.app import run
+    from uqcompress.engine import sources
     from uqcompress.errors import DataError
     from uqcompress.runtime.distributed import all_gather_objects, rank
-    from uqcompress.steps import sources
 
     def broken(*args: object, **kwargs: object) -> object:
         raise DataError("injected failure on this rank", hint="none: a test")

@@ -61,7 +61,7 @@ def test_warmup_runs_once_per_source_untimed() -> None:
     """The first batch's warm-up pass is in neither model nor end-to-end time."""
     import numpy as np
 
-    from uqcompress.steps.sources import MemberOutputs, _timed
+    from uqcompress.engine.sources import MemberOutputs, _timed
 
     outputs = MemberOutputs(
         member_logits=np.zeros((1, 1, 2), dtype=np.float32),

@@ -110,7 +110,7 @@ def test_finite_weights_with_infinite_outputs_say_so(
     """Weights that are all finite but outputs that overflow: the message says the weights
     are finite (not "re-import from finite weights")."""
     from uqcompress.data import load_data
-    from uqcompress.steps.sources import TorchSource, check_finite
+    from uqcompress.engine.sources import TorchSource, check_finite
 
     source = TorchSource(tiny_bert_artifact, "model", "cpu")
     data = load_data(str(sentiment_csv["test"]))
@@ -127,7 +127,7 @@ def test_streamed_batches_name_the_example_of_the_whole_set(
 ) -> None:
     """A NaN in the third batch of 8 names example 16 + its row, not its index in the batch."""
     from tests.conftest import ok
-    from uqcompress.steps import sources
+    from uqcompress.engine import sources
 
     real_predict = sources.TorchSource._predict
     calls = {"n": 0}

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from uqcompress.data.dataset import LabeledData
+from uqcompress.engine import sources
 from uqcompress.errors import DataError
-from uqcompress.steps import sources
+from uqcompress.export.source import open_source
 from uqcompress.steps.predict import write_predictions
-from uqcompress.steps.sources import open_source
 
 WORDS = ["the", "film", "was", "great", "awful", "story", "acting", "fun", "boring", "very"]
 

@@ -71,9 +71,9 @@ def predict(
     import sys
 
     from uqcompress.data import load_data
+    from uqcompress.export.source import open_source
     from uqcompress.runtime.distributed import is_main_process, rank_device
     from uqcompress.steps.predict import check_destination, write_predictions
-    from uqcompress.steps.sources import open_source
 
     if sample_chunk is not None and sample_chunk < 1:
         from uqcompress.errors import ConfigError

@@ -117,10 +117,10 @@ def _calibrate_into(model_path: Path, data: Any, cfg: CalibrateConfig, writer: A
 
     from uqcompress.data.encoding import check_input_kind
     from uqcompress.data.labels import map_labels
+    from uqcompress.engine.sources import TorchSource
     from uqcompress.models.loading import save_model
     from uqcompress.models.summary import model_summary
     from uqcompress.runtime.console import stderr, user
-    from uqcompress.steps.sources import TorchSource
     from uqcompress.uq import calibration as cal
     from uqcompress.uq import metrics as m
     from uqcompress.uq.functional import as_deployed

@@ -78,7 +78,7 @@ def run(
     model_paths: list[Path], cfg: EvalConfig, out: Path | None = None, force: bool = False
 ) -> StepResult:
     from uqcompress.data import load_data
-    from uqcompress.steps.sources import peek_source
+    from uqcompress.engine.sources import peek_source
     from uqcompress.uq import numerics_tags
     from uqcompress.uq.quality_gates import known_metrics, parse_gate
 
@@ -117,7 +117,7 @@ def run(
             f"--ood sets share a name ({', '.join(names)})",
             hint="give each OOD file a distinct file name",
         )
-    from uqcompress.steps.sources import peek_calibration
+    from uqcompress.engine.sources import peek_calibration
 
     calibration = peek_calibration(model_paths[0]) if len(model_paths) == 1 else None
     known = known_metrics(
@@ -142,8 +142,9 @@ def run(
 
     def build(writer: ArtifactWriter) -> None:
         from uqcompress.data.labels import map_labels
+        from uqcompress.engine.sources import predict_sharded
+        from uqcompress.export.source import open_source
         from uqcompress.runtime.distributed import is_main_process, rank_device
-        from uqcompress.steps.sources import open_source, predict_sharded
         from uqcompress.uq import metrics as m
         from uqcompress.uq.plots import save_ood_histograms, save_reliability_diagram
         from uqcompress.uq.quality_gates import evaluate_gate

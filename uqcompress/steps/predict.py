@@ -106,13 +106,13 @@ def write_predictions(
     `out`: the JSONL file (built as a temporary file beside it, renamed when complete);
     None: `stdout`, after the last record (spooled through an anonymous temporary file).
     """
+    from uqcompress.engine.sources import take
     from uqcompress.runtime.distributed import (
         agree,
         gather_objects,
         is_main_process,
         shard_bounds,
     )
-    from uqcompress.steps.sources import take
     from uqcompress.uq.calibration import abstain_scores, abstains
 
     labels: list[str] = source.labels

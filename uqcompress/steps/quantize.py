@@ -368,7 +368,7 @@ def _batches(predictor: Any, data: Any, limit: int | None, size: int) -> list[di
     (as it preprocesses in deployment); a sampling model's noise drawn per batch."""
     from uqcompress.data.dataset import LabeledData
     from uqcompress.export import contract
-    from uqcompress.steps.sources import onnx_pixel_batches
+    from uqcompress.export.source import onnx_pixel_batches
 
     n = len(data) if limit is None else min(limit, len(data))
     if data.input_kind == "text":
