@@ -44,7 +44,7 @@ lint: setup
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-logo  # the layering contracts in pyproject.toml
 
-# docs/cli.md: every command's --help; tests/test_cli_reference.py fails when it is stale.
+# docs/cli.md: every command's --help; tests/cli/test_reference.py fails when it is stale.
 docs: setup
 	$(BIN)/python -m uqcompress.cli.reference > docs/cli.md
 

@@ -19,7 +19,7 @@ To add a family:
    `weight` `[M, d]` and `bias` `[M, d]` or None, computing what the family's norm does) and
    returns it from `member_norm`; base.py's `member_norm` shows the two built in.
 3. Another layout: a `Family` subclass implementing every abstract method of base.py.
-4. Tests: one entry in `FAMILIES` of tests/test_family_conformance.py (`_text(NAME,
+4. Tests: one entry in `FAMILIES` of tests/models/test_family_conformance.py (`_text(NAME,
    imported=False)` builds it with `uqc init` and the shipped vocabulary; an imported
    family, the default, also needs its tokenizer in tests/checkpoints.py). The anatomy,
    facts and Hydra tests run every registered family already.

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tests.conftest import sentiment_rows, write_csv
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 JOB = ROOT / "examples" / "ci" / "github-actions.yml"
 SCRIPT = ROOT / "examples" / "ci" / "publish-model.sh"
 # The tiny model needs more epochs and a higher learning rate than BERT-base's defaults.

@@ -12,7 +12,7 @@ from typing import Any
 from tests.conftest import ok
 from uqcompress.artifacts import open_artifact
 
-RECIPES = Path(__file__).parent.parent / "recipes"
+RECIPES = Path(__file__).parents[2] / "recipes"
 # tiny ViTs trained briefly on the 180 validation digits and tested on them: the wiring, not
 # the accuracy
 QUICK = [

@@ -1,6 +1,6 @@
 """Options that used to be accepted and fail later or silently (issue 14, items 8-10):
 `init --set` typos, non-finite floats, absurd `--threads`. Plus the bad-input rows of items
-6-10, checked the way tests/test_bad_input_matrix.py checks its rows."""
+6-10, checked the way tests/cli/test_bad_input_matrix.py checks its rows."""
 
 from __future__ import annotations
 

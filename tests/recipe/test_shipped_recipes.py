@@ -13,7 +13,7 @@ import pytest
 
 from uqcompress.recipe.parse import load_recipe
 
-RECIPES = sorted((Path(__file__).parent.parent / "recipes").glob("*.toml"))
+RECIPES = sorted((Path(__file__).parents[2] / "recipes").glob("*.toml"))
 SHIPPED = {
     "hydra-vit-digits.toml",
     "sve-vit-digits.toml",
@@ -47,7 +47,7 @@ def test_recipe_passes_the_check(path: Path) -> None:
 
 def test_compare_recipe_runs_every_method(cli: Callable[..., Any], tmp_path: Path) -> None:
     """compare-digits with tiny ViTs and short training: the wiring, not the accuracy."""
-    path = Path(__file__).parent.parent / "recipes" / "compare-digits.toml"
+    path = Path(__file__).parents[2] / "recipes" / "compare-digits.toml"
     tiny = ["vars.preset=tiny", "vars.epochs=2"]
     tiny += [f"steps.{s}.epochs=1" for s in ("pruned_tuned", "hydra_tuned", "sve", "director")]
     tiny += [
@@ -74,7 +74,7 @@ def test_compare_recipe_runs_every_method(cli: Callable[..., Any], tmp_path: Pat
 
 
 def _quick(cli: Callable[..., Any], name: str, *extra: str) -> dict[str, Any]:
-    path = Path(__file__).parent.parent / "recipes" / name
+    path = Path(__file__).parents[2] / "recipes" / name
     args = [arg for item in [*QUICK, *extra] for arg in ("--set", item)]
     result = cli("run", path, "--json", *args)
     assert result.code == 0, result.err[-3000:]

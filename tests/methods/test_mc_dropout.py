@@ -103,7 +103,7 @@ def test_own_masks_are_the_predictors_draws_thresholded(make: Any) -> None:
     torch.testing.assert_close(own, fed, atol=1e-5, rtol=0)
 
 
-RECIPE = Path(__file__).parent.parent / "recipes" / "mc-dropout-vit-digits.toml"
+RECIPE = Path(__file__).parents[2] / "recipes" / "mc-dropout-vit-digits.toml"
 
 
 @pytest.fixture(scope="module")

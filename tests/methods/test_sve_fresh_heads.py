@@ -1,6 +1,7 @@
 """SVE as fine-tuning from a pretrained backbone (issue 20, item 4): `--heads fresh` gives each
 member its own, differently initialised head for the data's classes; a backbone without a
-trained head gets that by default. Its export and quantization: tests/test_recipes_papers.py."""
+trained head gets that by default. Its export and quantization:
+tests/recipe/test_paper_recipes.py."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ import pytest
 from uqcompress.cli.app import app
 from uqcompress.cli.reference import WIDTH, main, render_reference
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "cli.md"
 
 # A terminal as unlike the reference's as possible: narrow, colour forced, CI detected.

@@ -179,7 +179,7 @@ def test_predict_under_a_file_size_limit_is_one_line(  # type: ignore[no-untyped
         resource.setrlimit(resource.RLIMIT_FSIZE, (2000, 2000))
 
     out = tmp_path / "p.jsonl"
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "uqcompress", "predict", str(tiny_bert_artifact)]
     command += ["--data", str(sentiment_csv["test"]), "--out", str(out)]

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-SCRIPT = Path(__file__).parent.parent / "benchmarks" / "prune_protocols.py"
+SCRIPT = Path(__file__).parents[2] / "benchmarks" / "prune_protocols.py"
 
 
 def _script() -> Any:

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 START, END = "<!-- steps-by-example:start -->", "<!-- steps-by-example:end -->"
 
 
