@@ -153,7 +153,7 @@ def test_each_mode_keeps_the_contract_and_stays_within_the_gate(
     # the drift gate, recorded
     drift = json.loads((out / "drift.json").read_text())
     assert drift["passed"] is True
-    assert drift["agreement"] >= 0.99
+    assert drift["agreement"] >= (0.95 if bound else 0.99)
     assert {c["name"] for c in drift["checks"]} >= {
         *("agreement", "ece_delta", "nll_delta", "mean_entropy_shift", "mean_mi_shift")
     }
