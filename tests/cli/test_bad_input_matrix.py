@@ -1182,6 +1182,10 @@ ROWS: dict[str, tuple[Case, str]] = {
         _i26paths_mistyped,
         "does not exist (no such directory)",
     ),
+    "prune a path that does not exist": (
+        lambda t, f: ["prune", str(t / "nope"), "--ratio", "0.5", "--out", str(t / "x")],
+        "nope does not exist (no such directory)",
+    ),
     # issue 26 (quant)
     "quantize --exclude that matches every node": (
         lambda t, f: ["quantize", str(f["vit_onnx"]), "--exclude", ".*", "--data", str(f["test"])],

@@ -235,6 +235,34 @@ def test_the_default_granularity_is_per_channel_then_per_tensor(
     assert "per tensor kept" in result.err
 
 
+def test_reduce_range_reaches_onnx_runtime_and_is_recorded(
+    cli,  # type: ignore[no-untyped-def]
+    exports: dict[str, tuple[Path, str]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """--reduce-range (7-bit weights, for AVX2 CPUs without VNNI) is passed to ONNX Runtime's
+    quantizer, recorded in the graph's metadata and the summary, and changes the id."""
+    import onnxruntime.quantization as ortq
+
+    fp32, data = exports["bert"]
+    seen: list[bool] = []
+    real = ortq.quantize_dynamic
+
+    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(kwargs.get("reduce_range", False))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ortq, "quantize_dynamic", spy)
+    full = Path(ok(cli("quantize", str(fp32), "--data", data, "--per-tensor")))
+    reduced = Path(ok(cli("quantize", str(fp32), "--data", data, "--per-tensor", "--reduce-range")))
+    assert seen == [False, True]
+    assert open_artifact(full).manifest.summary["quantization"]["reduce_range"] is False
+    assert open_artifact(reduced).manifest.summary["quantization"]["reduce_range"] is True
+    meta = {p.key: p.value for p in onnx.load(str(reduced / contract.ONNX_FILE)).metadata_props}
+    assert json.loads(meta[contract.META_QUANTIZATION])["reduce_range"] is True
+    assert open_artifact(full).id != open_artifact(reduced).id
+
+
 def test_an_impossible_gate_exits_3_and_writes_nothing(
     cli,  # type: ignore[no-untyped-def]
     exports: dict[str, tuple[Path, str]],

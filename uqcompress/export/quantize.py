@@ -140,6 +140,7 @@ class QuantizeResult:
 
     mode: str
     per_channel: bool
+    reduce_range: bool
     calibration_method: str | None
     calibration_examples: int
     kept_float32: list[str]  # the uncertainty tail and noise readers
@@ -157,6 +158,7 @@ class QuantizeResult:
                 self.mode, "float16"
             ),
             "per_channel": self.per_channel,
+            "reduce_range": self.reduce_range,
             "per_tensor_grouped": self.per_tensor_grouped,
             "calibration_method": self.calibration_method,
             "calibration_examples": self.calibration_examples,
@@ -195,6 +197,7 @@ def quantize_graph(
     mode: str,
     *,
     per_channel: bool = False,
+    reduce_range: bool = False,
     exclude: str | None = None,
     calibration: list[dict[str, npt.NDArray[Any]]] | None = None,
     calibration_method: str = "minmax",
@@ -232,6 +235,7 @@ def quantize_graph(
                 staged,
                 target,
                 per_channel=per_channel,
+                reduce_range=reduce_range,
                 weight_type=QuantType.QInt8,
                 nodes_to_exclude=never,
             )
@@ -241,6 +245,7 @@ def quantize_graph(
                     staged,
                     target,
                     per_channel=False,
+                    reduce_range=reduce_range,
                     weight_type=QuantType.QInt8,
                     nodes_to_quantize=grouped,
                 )
@@ -266,6 +271,7 @@ def quantize_graph(
                 quant_format=QuantFormat.QDQ,
                 op_types_to_quantize=list(STATIC_OPS),
                 per_channel=per_channel,
+                reduce_range=reduce_range,
                 activation_type=QuantType.QInt8,
                 weight_type=QuantType.QInt8,
                 nodes_to_exclude=never,
@@ -282,6 +288,7 @@ def quantize_graph(
     result = QuantizeResult(
         mode=mode,
         per_channel=per_channel,
+        reduce_range=reduce_range,
         calibration_method=calibration_method if mode == "static" else None,
         calibration_examples=examples,
         kept_float32=kept,

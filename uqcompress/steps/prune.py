@@ -90,6 +90,11 @@ def _scores_and_model(input_path: Path, scores_path: Path | None) -> tuple[Artif
     """The scores artifact and the model it was computed for."""
     from uqcompress.artifacts import open_artifact, read_manifest
 
+    if not input_path.exists():
+        from uqcompress.models.loading import refuse_missing_path
+
+        # Before "is a model": a mistyped INPUT is neither a model nor a scores artifact.
+        refuse_missing_path(str(input_path))
     first = read_manifest(input_path) if (input_path / MANIFEST_NAME).is_file() else None
     if first is not None and first.kind == "scores":
         if scores_path is not None:

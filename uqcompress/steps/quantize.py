@@ -81,6 +81,14 @@ class QuantizeConfig:
         "channel first (on a real MiniLM it passed the gate where per tensor failed), per "
         "tensor if that fails the gate (on small models it drifts less).",
     )
+    # 7-bit weights: ONNX Runtime's u8s8 int8 kernels on AVX2 CPUs without VNNI add pairs of
+    # products in int16 (VPMADDUBSW), which saturates for 8-bit weights; 7 bits cannot.
+    reduce_range: bool = fields.added(
+        False,
+        decl="--reduce-range/--full-range",
+        help="int8: weights in 7 bits, so ONNX Runtime's int8 kernels on CPUs without "
+        "AVX-512 VNNI (AVX2 only) cannot saturate; a little coarser elsewhere.",
+    )
     exclude: str | None = fields.described(
         None,
         help="Regular expression over ONNX node names to keep in float32 (the "
@@ -418,6 +426,7 @@ def _quantize(
             target,
             cfg.mode,
             per_channel=per_channel,
+            reduce_range=cfg.reduce_range,
             exclude=cfg.exclude,
             calibration=calibration,
             calibration_method=cfg.calib_method,
