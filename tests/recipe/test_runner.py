@@ -122,6 +122,30 @@ to = "s3"
     assert not _artifacts_root.exists()
 
 
+def test_predict_is_no_recipe_step(tmp_path: Path) -> None:
+    """predict is a registered step, but it writes no artifact: a recipe says so in one line."""
+    recipe = _write(
+        tmp_path,
+        """# predict in a recipe
+[steps.init]
+run = "init"
+family = "vit"
+labels = ["a", "b"]
+
+[steps.predict]
+run = "predict"
+model = "@init"
+data = "builtin:digits@test"
+""",
+    )
+    with pytest.raises(RecipeError) as caught:
+        load_recipe(recipe)
+    assert caught.value.problems == [
+        "steps.predict.run: 'predict' writes no artifact, so it cannot be a recipe step "
+        "(run uqc predict on an artifact the recipe built)"
+    ]
+
+
 def test_cycles_and_forward_references(tmp_path: Path) -> None:
     cyclic = _write(
         tmp_path,

@@ -59,7 +59,7 @@ def test_predict_onnx_and_torch_agree(
     predicted = [r["label"] for r in onnx_records]
     assert len(set(predicted)) == 2
     assert sum(p == t for p, t in zip(predicted, truth, strict=True)) >= 34
-    # predict is not a step: it writes no artifact.
+    # predict writes no artifact (a registered step with writes_artifact=False).
     root = Path(os.environ["UQC_ARTIFACTS"])
     assert not root.exists() or not any(root.iterdir())
 

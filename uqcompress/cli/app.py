@@ -18,7 +18,7 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 
 from uqcompress import __version__
-from uqcompress.cli import demo_cmd, inspect_cmd, predict_cmd, run_cmd
+from uqcompress.cli import demo_cmd, inspect_cmd, run_cmd
 from uqcompress.cli.commands import HELP, step_command
 from uqcompress.errors import UqcError
 from uqcompress.runtime import interrupts
@@ -98,7 +98,6 @@ def _command(name: str) -> Any:
 
 # The commands a step's config generates (cli/commands.py), and those written by hand.
 _HAND_WRITTEN = {
-    "predict": predict_cmd.predict,
     "run": run_cmd.run_recipe,
     "inspect": inspect_cmd.inspect,
     "verify": inspect_cmd.verify,

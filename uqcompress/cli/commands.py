@@ -1,11 +1,12 @@
 """The step commands, generated from the step registry: `uqc STEP` takes the step's input roles
 as arguments (or, like prune's --scores, as options) and one option per config field, then
---out, --force and --json; its body runs the step through `cli/invoke.run_step`.
+--out, --force and --json (a step that writes no artifact, predict: --out FILE and --force,
+no --json); its body runs the step through `cli/invoke.run_step`.
 
 An option's type, default and whether it is required come from the config field; its help
 from the field's `help` metadata or, for the options every step shares, from
 `cli/options.SHARED`. So a new config field is a command-line option (and a recipe key) with
-nothing else to write. Commands that do more than run one step (`run`, `demo`, `predict`,
+nothing else to write. Commands that do more than run one step (`run`, `demo`,
 `inspect`, `verify`) are written by hand beside this module.
 """
 
@@ -18,7 +19,7 @@ from typing import Annotated, Any
 
 import typer
 
-from uqcompress.cli.options import SHARED, Force, Json, Out, resolve_input
+from uqcompress.cli.options import SHARED, Force, ForceFile, Json, Out, OutFile, resolve_input
 from uqcompress.errors import ConfigError
 from uqcompress.steps.config import HELP as FIELD_HELP
 from uqcompress.steps.registry import Option, Step, step
@@ -85,6 +86,15 @@ HELP: dict[str, str] = {
     Quantize an ONNX export; written only if it stays within the drift gate against the
     float32 export (exit 3 and nothing written otherwise).
     """,
+    "predict": """
+    Predict: label, probs (by label), entropy and mutual_info per example, as JSONL.
+
+    ONNX artifacts run on the torch-free ONNX Runtime Predictor; models run in torch. A model
+    calibrated with an abstention rule (uqc calibrate --abstain-coverage) adds
+    "abstain": true|false. Records are written batch by batch (memory does not grow with the
+    number of examples) and appear only when all are written: nothing on a failure. Under
+    torchrun each process predicts a shard; the first writes every record, in order.
+    """,
     "compare": """
     Compare evaluations: accuracy, NLL, ECE, Brier, AURC, an ensemble's mean entropy,
     aleatoric entropy and MI, OOD AUROC/FPR95/AUPR, parameters, latency and its ratio to a
@@ -147,6 +157,11 @@ _COMMON = (
     inspect.Parameter("force", inspect.Parameter.KEYWORD_ONLY, annotation=Force, default=False),
     inspect.Parameter("json_out", inspect.Parameter.KEYWORD_ONLY, annotation=Json, default=False),
 )
+# A step that writes no artifact (predict): --out is the file it writes; no --json.
+_FILE = (
+    inspect.Parameter("out", inspect.Parameter.KEYWORD_ONLY, annotation=OutFile, default=None),
+    inspect.Parameter("force", inspect.Parameter.KEYWORD_ONLY, annotation=ForceFile, default=False),
+)
 
 
 _LAST = ("device", "threads")  # where it runs: after what it does
@@ -172,7 +187,7 @@ def _field_order(config: type) -> list[str]:
 
 def _parameters(spec: Step) -> list[inspect.Parameter]:
     """Arguments (the positional input roles) first, then the input options (prune --scores),
-    the config's options and --out, --force and --json."""
+    the config's options and --out, --force and --json (predict: --out FILE and --force)."""
     roles = {r.key: r for r in spec.inputs}
     options = spec.options()
     inputs = [o for o in options.values() if o.role]
@@ -181,7 +196,7 @@ def _parameters(spec: Step) -> list[inspect.Parameter]:
         *(_role_parameter(roles[o.key], o) for o in inputs if o.flag is None),
         *(_role_parameter(roles[o.key], o) for o in inputs if o.flag is not None),
         *(_field_parameter(spec, by_field[name]) for name in _field_order(spec.config)),
-        *_COMMON,
+        *(_COMMON if spec.writes_artifact else _FILE),
     ]
 
 
@@ -208,7 +223,8 @@ def step_command(name: str) -> Callable[..., None]:
     def command(**values: Any) -> None:
         from uqcompress.cli.invoke import run_step
 
-        out, force, json_out = values.pop("out"), values.pop("force"), values.pop("json_out")
+        out, force = values.pop("out"), values.pop("force")
+        json_out = values.pop("json_out", False)
         _resolve_inputs(spec, values)
         run_step(name, values, force, json_out, out)
 

@@ -11,14 +11,18 @@ from uqcompress.steps.common import StepResult
 
 def run_step(
     name: str, values: dict[str, Any], force: bool, json_out: bool, out: Path | None
-) -> StepResult:
+) -> StepResult | None:
     """`uqc NAME`: the step run with option values by key (input paths already resolved from
-    '-'); its artifact path (or JSON) on stdout; exit 3 if its verdict fails."""
-    from uqcompress.cli.output import emit
+    '-'); its artifact path (or JSON) on stdout; exit 3 if its verdict fails. A step that
+    writes no artifact (predict) writes its own stdout; with --out, the file's path follows."""
+    from uqcompress.cli.output import emit, emit_file
     from uqcompress.steps.registry import step
 
     spec = step(name)
     result = spec.execute({**values, "out": out}, force)
+    if result is None:
+        emit_file(out)
+        return None
     show(name, values, result)
     emit(result, json_out)
     spec.verdict(result)

@@ -25,6 +25,17 @@ Force = Annotated[
         "--force", help="Replace the artifact --out holds (never a folder that is not an artifact)."
     ),
 ]
+# --out and --force of a step that writes one file, not an artifact (predict)
+OutFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--out",
+        help="Write the JSONL to this file (built beside it batch by batch, renamed into "
+        "place when complete) and print its path, instead of the JSONL on stdout.",
+        show_default=False,
+    ),
+]
+ForceFile = Annotated[bool, typer.Option("--force", help="Replace an existing --out file.")]
 Json = Annotated[
     bool,
     typer.Option("--json", help="Print the result as JSON on stdout instead of the path."),

@@ -1,9 +1,11 @@
-"""stdout carries only the result: an artifact path, or JSON with --json."""
+"""stdout carries only the result: an artifact path, or JSON with --json; predict's JSONL, or
+the path of its --out file."""
 
 from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from uqcompress.runtime import interrupts
@@ -30,3 +32,13 @@ def emit(result: StepResult, as_json: bool) -> None:
     else:
         sys.stdout.write(f"{artifact.path}\n")
     sys.stdout.flush()
+
+
+def emit_file(out: Path | None) -> None:
+    """The result of a step that writes a file, not an artifact (predict --out FILE): its path,
+    once per launch. Without --out the step wrote its result on stdout itself."""
+    from uqcompress.runtime.distributed import is_main_process
+
+    if out is not None and is_main_process():
+        sys.stdout.write(f"{out}\n")
+        sys.stdout.flush()

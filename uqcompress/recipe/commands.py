@@ -16,7 +16,9 @@ from uqcompress.steps.registry import Option as Param  # a recipe key: an option
 
 # Steps that write one artifact and can be a recipe step (`run` and `demo` orchestrate,
 # `predict`, `inspect` and `verify` write none).
-STEP_COMMANDS = tuple(STEPS)
+STEP_COMMANDS = tuple(name for name, spec in STEPS.items() if spec.writes_artifact)
+# Registered steps that write no artifact, so no recipe runs them (predict).
+NOT_IN_RECIPES = tuple(name for name, spec in STEPS.items() if not spec.writes_artifact)
 # Options the runner sets itself.
 RESERVED = {
     "json_out": "the runner collects every step's result; use uqc run --json",

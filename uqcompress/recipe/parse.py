@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from uqcompress.errors import ConfigError
-from uqcompress.recipe.commands import RESERVED, STEP_COMMANDS, Param, command
+from uqcompress.recipe.commands import NOT_IN_RECIPES, RESERVED, STEP_COMMANDS, Param, command
 from uqcompress.uq.quality_gates import Bound
 
 STEP_NAME = re.compile(r"[A-Za-z0-9_-]+")
@@ -205,6 +205,12 @@ def _steps(raw: Any, variables: dict[str, Any], problems: list[str]) -> list[Ste
             problems.append(f"{where}: must be a table")
             continue
         run = table.get("run")
+        if run in NOT_IN_RECIPES:
+            problems.append(
+                f"{where}.run: {run!r} writes no artifact, so it cannot be a recipe step "
+                f"(run uqc {run} on an artifact the recipe built)"
+            )
+            continue
         if not isinstance(run, str) or run not in STEP_COMMANDS:
             problems.append(
                 f"{where}.run: {'missing' if run is None else repr(run)}; name a step command: "

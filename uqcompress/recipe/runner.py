@@ -198,6 +198,7 @@ def _execute(
     start = time.perf_counter()
     try:
         result = spec.execute(values, force, root)
+        assert result is not None, "a recipe step writes an artifact (STEP_COMMANDS)"
         if not is_main_process():  # (it took part in the step: training needs every rank)
             raise UqcError(
                 "has no result in this process: only the first process of a multi-process "

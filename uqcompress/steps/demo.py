@@ -198,7 +198,9 @@ def _run(name: str, inputs: dict[str, Any], cfg: Any, out: Path, force: bool) ->
     owner = _OWNER.get()
     assert owner is not None, "demo steps run inside run()"
     with replacing_other_artifacts(owner.may_replace):
-        return owner.record(step(name).run(inputs, cfg, out, force))
+        result = step(name).run(inputs, cfg, out, force)
+        assert result is not None, f"{name} writes an artifact"
+        return owner.record(result)
 
 
 def run(

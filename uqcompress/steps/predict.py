@@ -1,7 +1,8 @@
 """`uqc predict`: one JSON object per example (JSONL), written batch by batch.
 
-Not an artifact step (no manifest; nothing in the step registry): the adapter between a
-prediction source and a JSONL stream. Memory stays flat in the number of examples: each batch's
+A registered step that writes no artifact (no manifest, no id; `Step.writes_artifact` False, so
+no `--json` and no recipe step): the adapter between a prediction source and a JSONL stream.
+Memory stays flat in the number of examples: each batch's
 records are written as soon as the batch is computed, to a temporary file (beside `--out`, or
 an anonymous one for stdout), and the file is renamed into place (or copied to stdout) only
 when every example is written, so a failed run leaves no partial output. In a multi-process
@@ -26,6 +27,7 @@ import numpy.typing as npt
 
 from uqcompress.artifacts import MANIFEST_NAME
 from uqcompress.errors import ArtifactError, ConfigError
+from uqcompress.steps import config as fields
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,75 @@ class Shard:
     entropy: npt.NDArray[np.float64]
     mutual_info: npt.NDArray[np.float64]
     abstain: npt.NDArray[np.bool_] | None
+
+
+@dataclass(frozen=True)
+class PredictConfig:
+    """What `uqc predict` reads and how it runs. Nothing is recorded (predict writes no
+    artifact), so every field is a runtime one; the bounds and checks are every step's
+    (`steps.config.problems`)."""
+
+    data: str = fields.runtime(
+        help="Examples: builtin:NAME\\[@split], FILE.csv, a "
+        "folder or hf:NAME\\[/CONFIG]@SPLIT (a label column is not needed)."
+    )
+    batch_size: int = fields.runtime(64)
+    max_length: int | None = fields.runtime(None)
+    text_column: str = fields.runtime("text")
+    text_pair_column: str | None = fields.runtime(None)
+    # DIRECTOR, MC Dropout: samples per pass (None: sized to memory); memory and speed only
+    sample_chunk: int | None = fields.runtime(
+        None,
+        help="DIRECTOR students, MC Dropout models: samples run per pass (memory and "
+        "speed only, the same "
+        "result). Default: as many as fit 16384 tokens (sequences x length) per pass.",
+    )
+    workers: int = fields.workers()
+    device: str = fields.device(option_default="cpu")
+    threads: int | None = fields.threads()
+
+    def validate(self) -> None:
+        problems = fields.problems(self)  # non-finite numbers, --workers >= 0, the bounds
+        if self.batch_size < 1:
+            problems.add(
+                f"--batch-size {self.batch_size} must be at least 1", hint="pass --batch-size 64"
+            )
+        if self.sample_chunk is not None and self.sample_chunk < 1:
+            problems.add(
+                f"--sample-chunk {self.sample_chunk} must be at least 1",
+                hint="drop --sample-chunk to size it to memory",
+            )
+        problems.raise_any()
+
+
+def run(model: Path, cfg: PredictConfig, out: Path | None = None, force: bool = False) -> int:
+    """Predict every example of `cfg.data` with `model` and write its JSONL record: into `out`
+    (built beside it, renamed when complete; an existing file only with `force`), or on
+    stdout. Returns the number of records written (0 on the non-zero ranks of a
+    multi-process launch). `cfg.device` and `cfg.threads` as resolved (`Step.run` does)."""
+    import sys
+
+    from uqcompress.data import load_data
+    from uqcompress.export.source import open_source
+    from uqcompress.runtime.distributed import rank_device
+
+    cfg.validate()
+    if out is not None:
+        inputs = [model]
+        if not cfg.data.startswith(("builtin:", "hf:")):
+            inputs.append(Path(cfg.data))
+        check_destination(out, force, inputs)
+    examples = load_data(
+        cfg.data,
+        text_column=cfg.text_column,
+        require_labels=False,
+        text_pair_column=cfg.text_pair_column,
+    )
+    source = open_source(
+        model, "model", rank_device(cfg.device), cfg.threads, sample_chunk=cfg.sample_chunk
+    )
+    source.workers = cfg.workers
+    return write_predictions(source, examples, cfg.batch_size, cfg.max_length, out, sys.stdout)
 
 
 def check_destination(out: Path, force: bool, inputs: list[Path] | None = None) -> None:

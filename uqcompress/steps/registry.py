@@ -62,7 +62,8 @@ class Plan:
     id: str
 
 
-Call = Callable[[Any, dict[str, Any], Any, Path | None, bool], StepResult]
+# None: a step that writes no artifact (predict)
+Call = Callable[[Any, dict[str, Any], Any, Path | None, bool], StepResult | None]
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,9 @@ class Step:
     call: Call
     # a module function that judges a written artifact (eval: its --gate), raising if it fails
     verdict_name: str | None = None
+    # False: the step writes a file or stdout, not an artifact (predict): its `out` is a file,
+    # it has no --json, no plan and no place in a recipe
+    writes_artifact: bool = True
 
     def step_module(self) -> Any:
         return importlib.import_module(self.module)
@@ -131,10 +135,11 @@ class Step:
         out: Path | None = None,
         force: bool = False,
         root: Path | None = None,
-    ) -> StepResult:
+    ) -> StepResult | None:
         """Check the config (every problem at once), resolve its device and threads, and run
-        the step: reuse an artifact with the same id, else build it. `root`: where an
-        artifact without `out` goes (default: $UQC_ARTIFACTS or ./artifacts)."""
+        the step: reuse an artifact with the same id, else build it (None: a step that writes
+        no artifact, predict). `root`: where an artifact without `out` goes (default:
+        $UQC_ARTIFACTS or ./artifacts)."""
         from uqcompress.artifacts.writer import artifacts_root
 
         cfg.validate()  # every problem at once, before any input is read
@@ -154,6 +159,8 @@ class Step:
         step checks its inputs and computes its id as usual, then stops where work starts."""
         from uqcompress.runtime.planning import PlannedStep, planning
 
+        if not self.writes_artifact:
+            raise TypeError(f"step {self.name} writes no artifact: there is nothing to plan")
         try:
             with planning():
                 self.run(inputs, cfg, out, force, root)
@@ -163,7 +170,7 @@ class Step:
 
     def execute(
         self, values: dict[str, Any], force: bool = False, root: Path | None = None
-    ) -> StepResult:
+    ) -> StepResult | None:
         """`run` from option values by key (input roles, config options and `out`)."""
         inputs, cfg, out = self.prepare(values)
         return self.run(inputs, cfg, out, force, root)
@@ -249,6 +256,11 @@ def _one(module: Any, inputs: dict[str, Any], cfg: Any, out: Path | None, force:
     """A step of one model: finetune, score, svd-ensemble, distill-director, mc-dropout,
     calibrate, export, quantize."""
     return module.run(inputs["model"], cfg, out, force)
+
+
+def _predict(module: Any, inputs: dict[str, Any], cfg: Any, out: Path | None, force: bool) -> None:
+    """predict: the records in `out` or on stdout; no artifact, so no result."""
+    module.run(inputs["model"], cfg, out, force)
 
 
 STEPS: dict[str, Step] = {
@@ -361,6 +373,18 @@ STEPS: dict[str, Step] = {
             ),
             lambda m, i, cfg, out, force: m.run(i["models"], cfg, out, force),
             verdict_name="check_gate",
+        ),
+        Step(
+            "predict",
+            "uqcompress.steps.predict",
+            "PredictConfig",
+            (
+                Role(
+                    "model", help="Model artifact, transformers dir or ONNX artifact ('-': stdin)."
+                ),
+            ),
+            _predict,
+            writes_artifact=False,
         ),
         Step(
             "compare",
