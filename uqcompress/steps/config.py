@@ -197,3 +197,17 @@ def problems(cfg: Any) -> Problems:
         if too_many is not None:
             found.add(too_many[0], hint=too_many[1])
     return found
+
+
+def batching_problems(cfg: Any) -> Problems:
+    """`problems(cfg)` plus the checks of a step that runs a model over data in batches:
+    `--batch-size` at least 1 and, if given, `--sample-chunk` at least 1 (eval, predict)."""
+    found = problems(cfg)
+    if cfg.batch_size < 1:
+        found.add(f"--batch-size {cfg.batch_size} must be at least 1", hint="pass --batch-size 64")
+    if cfg.sample_chunk is not None and cfg.sample_chunk < 1:
+        found.add(
+            f"--sample-chunk {cfg.sample_chunk} must be at least 1",
+            hint="drop --sample-chunk to size it to memory",
+        )
+    return found

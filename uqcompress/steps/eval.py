@@ -61,17 +61,7 @@ class EvalConfig:
     workers: int = fields.workers()
 
     def validate(self) -> None:
-        problems = fields.problems(self)
-        if self.batch_size < 1:
-            problems.add(
-                f"--batch-size {self.batch_size} must be at least 1", hint="pass --batch-size 64"
-            )
-        if self.sample_chunk is not None and self.sample_chunk < 1:
-            problems.add(
-                f"--sample-chunk {self.sample_chunk} must be at least 1",
-                hint="drop --sample-chunk to size it to memory",
-            )
-        problems.raise_any()
+        fields.batching_problems(self).raise_any()
 
 
 def run(

@@ -70,17 +70,7 @@ class PredictConfig:
     threads: int | None = fields.threads()
 
     def validate(self) -> None:
-        problems = fields.problems(self)  # non-finite numbers, --workers >= 0, the bounds
-        if self.batch_size < 1:
-            problems.add(
-                f"--batch-size {self.batch_size} must be at least 1", hint="pass --batch-size 64"
-            )
-        if self.sample_chunk is not None and self.sample_chunk < 1:
-            problems.add(
-                f"--sample-chunk {self.sample_chunk} must be at least 1",
-                hint="drop --sample-chunk to size it to memory",
-            )
-        problems.raise_any()
+        fields.batching_problems(self).raise_any()  # non-finite numbers, bounds, >= 1
 
 
 def run(model: Path, cfg: PredictConfig, out: Path | None = None, force: bool = False) -> int:
