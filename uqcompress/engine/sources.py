@@ -14,6 +14,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -169,10 +170,9 @@ class TorchSource(PredictionSource):
 
         return non_finite_weights(self.loaded.model)
 
-    def _predict(self, data: LabeledData, batch_size: int, max_length: int | None) -> MemberOutputs:
+    def _encode(self, data: LabeledData, max_length: int | None) -> Any:
+        """The data encoded for this model (labels unused), its truncation count kept."""
         from uqcompress.data.encoding import encode
-        from uqcompress.engine.inference import predict_logits
-        from uqcompress.uq.functional import as_deployed
 
         encoded = encode(
             data,
@@ -182,22 +182,42 @@ class TorchSource(PredictionSource):
             workers=self.workers,
         )
         self.truncated = encoded.truncated
-        prediction = predict_logits(
-            self.loaded.model, encoded, batch_size, self.device, warmup=self.take_warmup()
-        )
-        member_logits = prediction.member_logits
-        if self.calibration is not None:  # as the exported graph does: logits / T
+        return encoded
+
+    def _outputs(
+        self, member_logits: npt.NDArray[np.float32], seconds: float, truncated: int, warm: float
+    ) -> MemberOutputs:
+        """Calibrated (logits / T) and reduced as the exported graph does, in float32, so an
+        abstention threshold splits the same values.
+
+        Shape: member_logits `[N, M, C]`."""
+        from uqcompress.uq.functional import as_deployed
+
+        if self.calibration is not None:
             member_logits = member_logits / np.float32(self.calibration.temperature)
-        # In float32, as the exported graph: an abstention threshold splits the same values.
         probs, entropy, mutual_info = as_deployed(member_logits)
         return MemberOutputs(
             member_logits=member_logits,
             probs=probs.astype(np.float64),
             entropy=entropy.astype(np.float64),
             mutual_info=mutual_info.astype(np.float64),
-            seconds=prediction.seconds,
-            truncated=encoded.truncated,
-            warmup_seconds=prediction.warmup_seconds,
+            seconds=seconds,
+            truncated=truncated,
+            warmup_seconds=warm,
+        )
+
+    def _predict(self, data: LabeledData, batch_size: int, max_length: int | None) -> MemberOutputs:
+        from uqcompress.engine.inference import predict_logits
+
+        encoded = self._encode(data, max_length)
+        prediction = predict_logits(
+            self.loaded.model, encoded, batch_size, self.device, warmup=self.take_warmup()
+        )
+        return self._outputs(
+            prediction.member_logits,
+            prediction.seconds,
+            encoded.truncated,
+            prediction.warmup_seconds,
         )
 
     def _stream(
@@ -210,34 +230,14 @@ class TorchSource(PredictionSource):
         if data.input_kind != "image":
             yield from super()._stream(data, batch_size, max_length)
             return
-        from uqcompress.data.encoding import encode
         from uqcompress.engine.inference import iter_logits
-        from uqcompress.uq.functional import as_deployed
 
-        encoded = encode(
-            data,
-            self.loaded,
-            np.zeros(len(data), dtype=np.int64),
-            max_length,
-            workers=self.workers,
-        )
-        self.truncated = encoded.truncated
-        truncated = encoded.truncated
+        encoded = self._encode(data, max_length)
+        truncated = encoded.truncated  # counted once, with the first batch
         for member_logits, seconds, warm in iter_logits(
             self.loaded.model, encoded, batch_size, self.device, warmup=self.take_warmup()
         ):
-            if self.calibration is not None:
-                member_logits = member_logits / np.float32(self.calibration.temperature)
-            probs, entropy, mutual_info = as_deployed(member_logits)
-            yield MemberOutputs(
-                member_logits=member_logits,
-                probs=probs.astype(np.float64),
-                entropy=entropy.astype(np.float64),
-                mutual_info=mutual_info.astype(np.float64),
-                seconds=seconds,
-                truncated=truncated,
-                warmup_seconds=warm,
-            )
+            yield self._outputs(member_logits, seconds, truncated, warm)
             truncated = 0
 
 
