@@ -22,16 +22,16 @@ import numpy.typing as npt
 from uqcompress.artifacts import MANIFEST_NAME, SourceRef, open_artifact, read_manifest
 from uqcompress.data.dataset import LabeledData
 from uqcompress.uq.calibration import Calibration
+from uqcompress.uq.outputs import ModelOutputs, concat_outputs, non_finite_rows
 
 
 @dataclass(frozen=True)
-class MemberOutputs:
-    """Shape: member_logits `[N, M, C]`, probs `[N, C]`, entropy `[N]`, mutual_info `[N]`."""
+class MemberOutputs(ModelOutputs):
+    """The four outputs (`uq.outputs.ModelOutputs`, probs/entropy/mutual_info in float64 for
+    the metrics) and what eval and predict report of how they were made.
 
-    member_logits: npt.NDArray[np.float32]
-    probs: npt.NDArray[np.float64]
-    entropy: npt.NDArray[np.float64]
-    mutual_info: npt.NDArray[np.float64]
+    Shape: member_logits `[N, M, C]`, probs `[N, C]`, entropy `[N]`, mutual_info `[N]`."""
+
     seconds: float  # model time only (warm forward passes / ONNX Runtime runs)
     truncated: int = 0  # texts cut to the max length (torch models; the first source's)
     # End to end: model time plus reading, tokenising or preprocessing the inputs and the
@@ -47,10 +47,7 @@ def concat_rows(parts: list[MemberOutputs]) -> MemberOutputs:
     Shape: each part's arrays `[N_i, ...]` -> `[sum N_i, ...]`.
     """
     return MemberOutputs(
-        member_logits=np.concatenate([p.member_logits for p in parts], axis=0),
-        probs=np.concatenate([p.probs for p in parts], axis=0),
-        entropy=np.concatenate([p.entropy for p in parts], axis=0),
-        mutual_info=np.concatenate([p.mutual_info for p in parts], axis=0),
+        **concat_outputs(parts),
         seconds=sum(p.seconds for p in parts),
         truncated=sum(p.truncated for p in parts),
         e2e_seconds=sum(p.e2e_seconds for p in parts),
@@ -254,11 +251,8 @@ def check_finite(
     from uqcompress.engine.finite import weights_summary
     from uqcompress.errors import NonFiniteError
 
-    arrays = (outputs.member_logits, outputs.probs, outputs.entropy, outputs.mutual_info)
     rows = len(outputs.probs)
-    bad = np.zeros(rows, dtype=bool)
-    for values in arrays:
-        bad |= ~np.isfinite(values.reshape(rows, -1)).all(axis=1)
+    bad = non_finite_rows(outputs)
     if not bad.any():
         return outputs
     where = np.flatnonzero(bad)
@@ -411,10 +405,8 @@ def predict_streamed(
                 mutual_info=np.empty(total, dtype=np.float64),
                 seconds=0.0,
             )
-        kept.member_logits[rows] = batch.member_logits
-        kept.probs[rows] = batch.probs
-        kept.entropy[rows] = batch.entropy
-        kept.mutual_info[rows] = batch.mutual_info
+        for into, values in zip(kept.arrays(), batch.arrays(), strict=True):
+            into[rows] = values
         seconds += batch.seconds
         e2e += batch.e2e_seconds
         truncated += batch.truncated

@@ -8,7 +8,9 @@ under the keys below, JSON-encoded where structured.
 
 from __future__ import annotations
 
-OUTPUT_NAMES = ("member_logits", "probs", "entropy", "mutual_info")
+from uqcompress.uq.outputs import OUTPUT_FIELDS
+
+OUTPUT_NAMES = OUTPUT_FIELDS  # the graph's outputs are the fields of the one record
 TEXT_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 IMAGE_INPUTS = ("pixel_values",)
 

@@ -23,17 +23,15 @@ from uqcompress.errors import ArtifactError, DataError, empty_text_error
 from uqcompress.export import contract
 from uqcompress.runtime.paths import safe_join
 from uqcompress.uq.calibration import Calibration, abstain_scores, abstains
+from uqcompress.uq.outputs import ModelOutputs, concat_outputs
 
 
 @dataclass(frozen=True)
-class Prediction:
-    """Predictions for N examples. Shape: member_logits `[N, M, C]`, probs `[N, C]`,
-    entropy `[N]`, mutual_info `[N]`; labels: N class names."""
+class Prediction(ModelOutputs):
+    """Predictions for N examples: the four outputs as the graph computes them (float32) and
+    what a service reads of them. Shape: member_logits `[N, M, C]`, probs `[N, C]`, entropy
+    `[N]`, mutual_info `[N]`; labels: N class names."""
 
-    member_logits: npt.NDArray[np.float32]
-    probs: npt.NDArray[np.float32]
-    entropy: npt.NDArray[np.float32]
-    mutual_info: npt.NDArray[np.float32]
     labels: list[str]
     # `[N]` bool, True where the model abstains; None when the model has no abstention rule
     abstain: npt.NDArray[np.bool_] | None = None
@@ -645,10 +643,7 @@ class Predictor:
         if not parts:
             raise DataError("nothing to predict: no examples", hint="pass non-empty data")
         return Prediction(
-            member_logits=np.concatenate([p.member_logits for p in parts]),
-            probs=np.concatenate([p.probs for p in parts]),
-            entropy=np.concatenate([p.entropy for p in parts]),
-            mutual_info=np.concatenate([p.mutual_info for p in parts]),
+            **concat_outputs(parts),
             labels=[label for p in parts for label in p.labels],
             abstain=(
                 np.concatenate([p.abstain for p in parts if p.abstain is not None])

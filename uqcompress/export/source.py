@@ -94,14 +94,7 @@ class OnnxSource(PredictionSource):
 
 def _from_prediction(result: Any, seconds: float, warmup: float = 0.0) -> MemberOutputs:
     """A Predictor's `Prediction` as the outputs eval and predict read (float64 metrics)."""
-    return MemberOutputs(
-        member_logits=result.member_logits,
-        probs=result.probs.astype(np.float64),
-        entropy=result.entropy.astype(np.float64),
-        mutual_info=result.mutual_info.astype(np.float64),
-        seconds=seconds,
-        warmup_seconds=warmup,
-    )
+    return MemberOutputs(**result.outputs(np.float64), seconds=seconds, warmup_seconds=warmup)
 
 
 def onnx_pixel_batches(
