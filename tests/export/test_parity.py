@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from tests.conftest import ok
+from uqcompress.engine.modality import synthetic_examples
 from uqcompress.export import onnx as uqc_onnx
 from uqcompress.export.parity import Parity, contract_outputs
 from uqcompress.models.loading import load_model, resolve_model_source
@@ -156,7 +157,7 @@ def test_export_gate_fails_on_nan_drift_or_shape_outside_probs(
 
     loaded = load_model(resolve_model_source(tiny_vit_artifact))
     graph = graph_for(loaded.model, "image")
-    data = uqc_onnx.synthetic_examples(loaded)
+    data = synthetic_examples(loaded)
     predictor = Predictor(vit_onnx_nodata)
     good = uqc_onnx.check_parity(graph, loaded, predictor, data, 1e-4)
     assert good.passed, good.describe()

@@ -24,7 +24,7 @@ def _batch(loaded: LoadedModel, texts: list[str] | None = None) -> dict[str, Any
     """Model inputs: the given texts (padded to their longest) or 6 random digits images."""
     from uqcompress.data.dataset import LabeledData
     from uqcompress.data.encoding import collate, encode
-    from uqcompress.export.onnx import synthetic_examples
+    from uqcompress.engine.modality import synthetic_examples
 
     if texts is None:
         data = synthetic_examples(loaded, count=6)

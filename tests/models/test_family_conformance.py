@@ -3,10 +3,10 @@
 A family (a transformer architecture uqc can compress) conforms when a tiny model of it goes
 through the whole tool: fine-tune, score heads with every method, prune (evenly, unevenly, and
 down to an empty layer), prune members and fuse them into a Hydra model (exact vs its members),
-build a Singular Value Ensemble, distil a DIRECTOR student, calibrate, export to ONNX with parity
-and predict on the export. Every assertion reads only what a user sees: exit codes, the path on
-stdout, the JSONL of `uqc predict`, and the artifacts' files (manifest.json, parity.json,
-scores.safetensors).
+build a Singular Value Ensemble, distil a DIRECTOR student, calibrate, export to ONNX with
+parity, quantize an export to float16, and predict on the exports. Every assertion reads what
+a user sees: exit codes, the path on stdout, the JSONL of `uqc predict`, the artifacts' files
+(manifest.json, parity.json, scores.safetensors), and the ONNX Runtime Predictor's outputs.
 
 Adding a family = one entry in `FAMILIES` (`imported=False`: built by `uqc init` with the
 shipped vocabulary; an imported family also needs its tokenizer in tests/checkpoints.py). The
@@ -35,6 +35,7 @@ CIRCUIT_RATIO = "0.5"
 PRUNE_PARITY_ATOL = 1e-5  # pruned vs gated: the same function up to float round-off
 FUSE_PARITY_ATOL = 1e-4  # Hydra vs its members run one by one
 EXPORT_ATOL = 1e-4  # ONNX vs PyTorch, `uqc export --atol`'s default
+OUTPUTS = ("member_logits", "probs", "entropy", "mutual_info")  # every export's, in order
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,7 @@ def assert_parity(path: Path, atol: float) -> None:
     report = parity(path)
     assert report["passed"] is True, report
     diffs = report["max_abs_diff"]
-    assert set(diffs) == {"member_logits", "probs", "entropy", "mutual_info"}, diffs
+    assert set(diffs) == set(OUTPUTS), diffs
     for output, diff in diffs.items():
         assert math.isfinite(diff) and 0.0 <= diff <= atol, (output, diff, atol)
 
@@ -421,6 +422,40 @@ def test_export_matches_pytorch(chain: Chain, model: str) -> None:
     report = parity(path)
     assert report["examples"] > 0 and report["argmax_agreement"] == 1.0
     assert_parity(path, EXPORT_ATOL)
+
+
+def test_fp16_quantize_loads_and_keeps_the_outputs(chain: Chain) -> None:
+    """`uqc quantize --mode fp16` on the family's export: the graph loads (a decoder's int64
+    last-token indices cross from the float16 body to the float32 tail; declared float, it
+    did not), its weights are float16, its outputs float32 and within 1e-2 of the fp32 ones."""
+    import onnx
+
+    from uqcompress.export import contract
+    from uqcompress.export.runtime import Predictor
+
+    fp32 = chain.onnx("uneven")
+    fp16 = chain.step("uneven-fp16", "quantize", fp32, "--mode", "fp16", "--data", chain.held_out)
+    halves = onnx.load(str(fp16 / contract.ONNX_FILE)).graph.initializer
+    assert any(t.data_type == onnx.TensorProto.FLOAT16 for t in halves)
+    want, got = _probe(Predictor(fp32)), _probe(Predictor(fp16))
+    for key in OUTPUTS:
+        assert got[key].dtype == np.float32 and got[key].shape == want[key].shape
+    assert np.abs(got["probs"] - want["probs"]).max() < 1e-2
+
+
+def _probe(predictor: Any) -> dict[str, np.ndarray]:
+    """The contract outputs of a few examples: padded texts, or random 0..255 images."""
+    if predictor.input_kind == "text":
+        texts = ["good great fun", "the movie was really very bad and boring", "dull"]
+        got = predictor.predict_texts(texts)
+    else:
+        p = predictor.preprocessing
+        shape = (3, int(p["num_channels"]), int(p["image_size"]), int(p["image_size"]))
+        pixels = np.random.default_rng(3).uniform(0, 255, size=shape)
+        got = predictor.predict_pixels(pixels.astype(np.float32))
+    return {
+        name: getattr(got, name) for name in ("member_logits", "probs", "entropy", "mutual_info")
+    }
 
 
 @pytest.mark.parametrize("model", ["calibrated", "sve", "director"])

@@ -389,43 +389,6 @@ def test_sve_and_director_exports_quantize_within_the_gate(
         np.testing.assert_array_equal(first[name], again[name])
 
 
-IMAGE_FAMILIES = ("vit", "deit", "dinov2")
-
-
-def _family_names() -> list[str]:
-    from uqcompress.models.families import FAMILIES
-
-    return list(FAMILIES)
-
-
-@pytest.mark.parametrize("family", _family_names())
-def test_fp16_loads_and_keeps_outputs_on_every_family(
-    cli,  # type: ignore[no-untyped-def]
-    tmp_path: Path,
-    sentiment_csv: dict[str, Path],
-    family: str,
-) -> None:
-    """Issue 26 item 10: a decoder's int64 last-token indices cross from the float16 body
-    to the float32 tail; declared float, the graph did not load."""
-    from uqcompress.steps import export, init
-
-    image = family in IMAGE_FAMILIES
-    labels = [str(d) for d in range(10)] if image else ["neg", "pos"]
-    data = IMAGE_DATA if image else str(sentiment_csv["test"])
-    model = init.run(init.InitConfig(family=family, labels=labels), tmp_path / "init")
-    fp32 = export.run(
-        model.artifact.path, export.ExportConfig(format="onnx"), tmp_path / "onnx"
-    ).artifact.path
-    out = Path(ok(cli("quantize", str(fp32), "--mode", "fp16", "--data", data)))
-    quantized, reference = Predictor(out), Predictor(fp32)
-    halves = onnx.load(str(out / contract.ONNX_FILE)).graph.initializer
-    assert any(t.data_type == onnx.TensorProto.FLOAT16 for t in halves)
-    want, got = _probe(reference, data), _probe(quantized, data)
-    for key in contract.OUTPUT_NAMES:
-        assert got[key].dtype == np.float32 and got[key].shape == want[key].shape
-    assert np.abs(got["probs"] - want["probs"]).max() < 1e-2
-
-
 def test_static_calibrates_on_a_seeded_sample_and_gates_on_the_other_rows(
     cli,  # type: ignore[no-untyped-def]
     exports: dict[str, tuple[Path, str]],

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from uqcompress.engine.modality import modality_of
 from uqcompress.errors import ArtifactError
 
 TEXT_TOKENS = 128
@@ -34,18 +35,8 @@ def model_flops(loaded: Any) -> int:
 
     from uqcompress.models.outputs import member_logits
 
-    config = loaded.config
-    if loaded.input_kind == "text":
-        tokens = min(TEXT_TOKENS, loaded.max_length or TEXT_TOKENS)
-        ids = torch.full((1, tokens), 5, dtype=torch.long)
-        inputs: dict[str, Any] = {
-            "input_ids": ids,
-            "attention_mask": torch.ones_like(ids),
-            "token_type_ids": torch.zeros_like(ids),
-        }
-    else:
-        size, channels = int(config.image_size), int(config.num_channels)
-        inputs = {"pixel_values": torch.zeros(1, channels, size, size)}
+    tokens = min(TEXT_TOKENS, loaded.max_length or TEXT_TOKENS)  # text only
+    inputs = modality_of(loaded.input_kind).example_inputs(loaded, 1, tokens)
     mapping = {}
     cpu_sdpa = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
     if cpu_sdpa is not None:  # keyed by overload packet; FlopCounterMode wraps the formula

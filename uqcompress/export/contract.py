@@ -8,11 +8,12 @@ under the keys below, JSON-encoded where structured.
 
 from __future__ import annotations
 
+from uqcompress.engine.modality import IMAGE, TEXT
 from uqcompress.uq.outputs import OUTPUT_FIELDS
 
 OUTPUT_NAMES = OUTPUT_FIELDS  # the graph's outputs are the fields of the one record
-TEXT_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-IMAGE_INPUTS = ("pixel_values",)
+TEXT_INPUTS = TEXT.inputs  # the model's inputs, in the graph's order (engine/modality.py)
+IMAGE_INPUTS = IMAGE.inputs
 
 META_FORMAT = "uqc.format"  # contract version of this file
 META_SOURCE_ID = "uqc.source_id"  # id of the model artifact that was exported

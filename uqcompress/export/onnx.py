@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from uqcompress.data.dataset import LabeledData
+from uqcompress.engine.modality import DEFAULT_MAX_LENGTH, modality_of, synthetic_examples
 from uqcompress.errors import ConfigError
 from uqcompress.export import contract
 from uqcompress.export.parity import Parity
@@ -61,24 +62,21 @@ class ParityReport:
 
 
 def _trace_inputs(loaded: LoadedModel) -> tuple[Any, ...]:
+    """The example the exporter traces: TRACE_BATCH examples of TRACE_LENGTH tokens (and a
+    sampling model's zero noise), positionally in the graph's input order."""
     import torch
 
     from uqcompress.export.graph import takes_noise
 
+    modality = modality_of(loaded.input_kind)
     model: Any = loaded.model
-    if loaded.input_kind == "text":
-        vocab = int(loaded.config.vocab_size)
-        generator = torch.Generator().manual_seed(0)
-        ids = torch.randint(5, vocab, (TRACE_BATCH, TRACE_LENGTH), generator=generator)
-        text: tuple[Any, ...] = (ids, torch.ones_like(ids), torch.zeros_like(ids))
-        if takes_noise(model):
-            text += (torch.zeros(model.noise_shape(TRACE_BATCH, TRACE_LENGTH)),)
-        return text
-    size, channels = int(loaded.config.image_size), int(loaded.config.num_channels)
-    image: tuple[Any, ...] = (torch.zeros(TRACE_BATCH, channels, size, size),)
+    inputs: tuple[Any, ...] = tuple(
+        modality.example_inputs(loaded, TRACE_BATCH, TRACE_LENGTH).values()
+    )
     if takes_noise(model):
-        image += (torch.zeros(model.noise_shape(TRACE_BATCH, model.image_tokens())),)
-    return image
+        tokens = modality.noise_tokens(model, TRACE_LENGTH)
+        inputs += (torch.zeros(model.noise_shape(TRACE_BATCH, tokens)),)
+    return inputs
 
 
 # Weights above this go to an external-data file beside the graph (`model.onnx.data`): one
@@ -105,20 +103,14 @@ def export_graph(graph: Any, loaded: LoadedModel, path: Path, opset: int) -> boo
     from uqcompress.export.graph import takes_noise
 
     batch = Dim("batch", min=1, max=1 << 16)
-    if loaded.input_kind == "text":
-        limit = loaded.max_length or 512
-        sequence = Dim("sequence", min=1, max=limit)
-        names: tuple[str, ...] = contract.TEXT_INPUTS
-        dynamic: tuple[dict[int, Any], ...] = tuple({0: batch, 1: sequence} for _ in names)
-        if takes_noise(loaded.model):
-            names += (contract.NOISE_INPUT,)
-            dynamic += ({0: batch, 3: sequence},)
-    else:
-        names = contract.IMAGE_INPUTS
-        dynamic = ({0: batch},)
-        if takes_noise(loaded.model):
-            names += (contract.NOISE_INPUT,)
-            dynamic += ({0: batch},)
+    modality = modality_of(loaded.input_kind)
+    sequence = Dim("sequence", min=1, max=loaded.max_length or DEFAULT_MAX_LENGTH)
+    axes, noise_axes = modality.varying_axes(batch, sequence)
+    names: tuple[str, ...] = modality.inputs
+    dynamic: tuple[dict[int, Any], ...] = tuple(axes for _ in names)
+    if takes_noise(loaded.model):
+        names += (contract.NOISE_INPUT,)
+        dynamic += (noise_axes,)
     graph.eval()
     external = weight_bytes(graph) > EXTERNAL_DATA_BYTES
     # The exporter narrates on stdout, which carries only our result: send it to stderr.
@@ -170,7 +162,7 @@ def metadata_for(
         preprocessing: dict[str, Any] = {
             "type": "text",
             "tokenizer": contract.TOKENIZER_FILE,
-            "max_length": max_length or loaded.max_length or 512,
+            "max_length": max_length or loaded.max_length or DEFAULT_MAX_LENGTH,
             "pad_token_id": int(loaded.tokenizer.pad_token_id or 0),
             # a pair's second text has token type 1 (BERT, ELECTRA); else all types are 0
             "token_types": uses_token_types(loaded),
@@ -178,7 +170,6 @@ def metadata_for(
         recorded = recorded_text_input(loaded.config)
         if recorded is not None:  # trained on pairs or single texts: the Predictor checks
             preprocessing["text_pair"] = bool(recorded["pair"])
-        names = list(contract.TEXT_INPUTS)
     else:
         assert loaded.preprocessing is not None
         p = loaded.preprocessing
@@ -193,7 +184,7 @@ def metadata_for(
             # the image processor's config: resize/crop images of any size before the above
             "processor": p.to_config(),
         }
-        names = list(contract.IMAGE_INPUTS)
+    names = list(modality_of(loaded.input_kind).inputs)
     noise: dict[str, str] = {}
     model: Any = loaded.model
     if hasattr(model, "noise_shape"):
@@ -223,58 +214,6 @@ def metadata_for(
         contract.META_MEMBERS: str(members),
         contract.META_AGGREGATION: contract.AGGREGATION,
     }
-
-
-def synthetic_examples(
-    loaded: LoadedModel, count: int = 12, seed: int = 1, pairs: bool | None = None
-) -> LabeledData:
-    """Raw examples when no --data is given: texts of mixed lengths (so batches pad) drawn
-    from the tokenizer's vocabulary, or random images on the 0..255 scale. Text pairs (each
-    text paired with another of the list) when ``pairs``, or, by default, when the model was
-    trained on pairs."""
-    from uqcompress.data.encoding import recorded_text_input
-
-    rng = np.random.default_rng(seed)
-    if loaded.input_kind == "text":
-        assert loaded.tokenizer is not None
-        words = [w for w in loaded.tokenizer.get_vocab() if w.isalpha() and len(w) > 2]
-        if not words:
-            words = ["a", "b", "c"]
-        lengths = [3, 17, 6, 30, 1, 11, 24, 2, 9, 40, 5, 14][:count]
-        texts = [" ".join(rng.choice(words, size=n)) for n in lengths]
-        if pairs is None:
-            recorded = recorded_text_input(loaded.config)
-            pairs = recorded is not None and bool(recorded["pair"])
-        return LabeledData(
-            spec="synthetic",
-            input_kind="text",
-            texts=texts,
-            labels=None,
-            fingerprint="synthetic-text",
-            text_pairs=texts[3:] + texts[:3] if pairs else None,
-        )
-    from uqcompress.data.images import ArrayImages
-
-    size, channels = int(loaded.config.image_size), int(loaded.config.num_channels)
-    shape = (count, size, size) if channels == 1 else (count, size, size, 3)
-    images = rng.integers(0, 256, size=shape).astype(np.uint8)
-    return LabeledData(
-        spec="synthetic",
-        input_kind="image",
-        images=ArrayImages(images),
-        labels=None,
-        fingerprint="synthetic-image",
-    )
-
-
-def synthetic_batch(loaded: LoadedModel, count: int = 6) -> dict[str, Any]:
-    """A model-ready batch of `synthetic_examples` (padded texts or random images), for the
-    exactness checks that steps run on what they build."""
-    from uqcompress.data.encoding import collate, encode
-
-    examples = synthetic_examples(loaded, count=count)
-    encoded = encode(examples, loaded, np.zeros(len(examples), dtype=np.int64))
-    return {k: v for k, v in collate(encoded, list(range(len(examples)))).items() if k != "labels"}
 
 
 def check_parity(

@@ -235,13 +235,13 @@ def _write_onnx(
     cfg: ExportConfig,
     writer: ArtifactWriter,
 ) -> None:
+    from uqcompress.engine.modality import synthetic_examples
     from uqcompress.export import contract
     from uqcompress.export.graph import graph_for
     from uqcompress.export.onnx import (
         check_parity,
         export_graph,
         metadata_for,
-        synthetic_examples,
         write_metadata,
     )
     from uqcompress.export.runtime import Predictor

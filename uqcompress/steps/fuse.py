@@ -59,7 +59,7 @@ def run(
     )
 
     def build(writer: ArtifactWriter) -> None:
-        from uqcompress.export.onnx import synthetic_batch
+        from uqcompress.engine.modality import synthetic_batch
         from uqcompress.methods.hydra import check_fusable, fuse, mlp_spread
         from uqcompress.models.loading import (
             calibration_dropped,

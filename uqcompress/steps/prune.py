@@ -198,7 +198,7 @@ def run(
                 score, groups, cfg.ratio, cfg.scope, cfg.min_heads_per_layer, cfg.unit
             )
         params_before = loaded.num_parameters()
-        from uqcompress.export.onnx import synthetic_batch
+        from uqcompress.engine.modality import synthetic_batch
 
         batch = synthetic_batch(loaded)
         gated = _gated_logits(loaded, keep, batch)
@@ -358,7 +358,7 @@ def _run_members(
                 score, groups, cfg.members, keep_count, cfg.select, cfg.seed, cfg.unit
             )
         params_before = base.num_parameters()
-        from uqcompress.export.onnx import synthetic_batch
+        from uqcompress.engine.modality import synthetic_batch
 
         batch = synthetic_batch(base)
         pairs = []

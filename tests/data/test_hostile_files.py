@@ -1,4 +1,4 @@
-"""Data that used to crash or slip through (issue 14, items 5-7): CSV cells over the csv
+"""Data files that used to crash or slip through: CSV cells over the csv
 module's 131,072-character field limit, decompression-bomb images, duplicate column names."""
 
 from __future__ import annotations

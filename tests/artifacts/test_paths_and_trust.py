@@ -1,4 +1,4 @@
-"""Issue 14, items 1-4 and 13: --force never deletes what is not ours, --out never lands in
+"""What uqc trusts on disk: --force never deletes what is not ours, --out never lands in
 another artifact or the working directory, paths read from files stay inside the artifact,
 manifests are type-checked before use, and ONNX files uqc did not make are one line."""
 
