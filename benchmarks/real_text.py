@@ -48,7 +48,7 @@ import random
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -70,10 +70,13 @@ class Sizes:
     samples: int
     max_length: int
     calib_size: int
+    every_variant: bool = True  # False: calibrated/ONNX/int8 for the single model only
 
 
 FULL = Sizes(1200, 200, 600, 500, 3, 2, 10, 64, 64)
-QUICK = Sizes(200, 80, 120, 100, 1, 1, 4, 48, 16)
+# A smoke run: every row, but on a 5th of the data, one epoch, and the deployment variants
+# for the single model only (each export and eval has a fixed cost of seconds).
+QUICK = Sizes(160, 60, 80, 60, 1, 1, 4, 48, 16, every_variant=False)
 
 
 # --------------------------------------------------------------------------- data
@@ -352,7 +355,7 @@ def evaluate(plan: Plan, name: str, models: list[Path]) -> dict[str, Any]:
 def variants(plan: Plan, row: Row, models: list[Path]) -> dict[str, dict[str, Any]]:
     """The row's metrics uncalibrated (torch), calibrated, exported (ONNX) and int8."""
     found = {"torch": evaluate(plan, row.name, models)}
-    if not row.single_artifact:
+    if not row.single_artifact or not (plan.sizes.every_variant or row.name == "single"):
         return found
     val = str(plan.data / "val.csv")
     calibrated = plan.uqc(f"{row.name}-calibrated", "calibrate", models[0], "--data", val)
@@ -415,8 +418,20 @@ def main(argv: list[str] | None = None) -> int:
         "--rows", help="comma-separated rows (default: all): " + ", ".join(r.name for r in ROWS)
     )
     parser.add_argument("--seed", type=int, default=0)
+    for name in ("train", "val", "test", "ood", "epochs", "member_epochs", "samples"):
+        parser.add_argument(
+            f"--{name.replace('_', '-')}", type=int, help=f"override the {name} of the run"
+        )
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
+    overrides = {
+        k: getattr(args, k)
+        for k in ("train", "val", "test", "ood", "epochs", "member_epochs", "samples")
+        if getattr(args, k) is not None
+    }
+    if any(v < 1 or v > 100_000 for v in overrides.values()):
+        parser.error("sizes, epochs and samples must be between 1 and 100,000")
+    sizes = replace(sizes, **overrides)
     rows = ROWS
     if args.rows:
         wanted = args.rows.split(",")
@@ -458,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
         "load_after": os.getloadavg(),
         "wall_seconds": wall,
         "quick": args.quick,
-        "sizes": sizes.__dict__,
+        "sizes": asdict(sizes),
         "model": str(model_dir),
     }
     args.out_dir.mkdir(parents=True, exist_ok=True)
