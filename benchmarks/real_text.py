@@ -94,20 +94,20 @@ def _words(text: str) -> list[str]:
     return text.split()
 
 
-def bbc_first_sentences(corpus: Path) -> list[tuple[str, str]]:
-    """(first sentences of the body, topic) of every distinct BBC article; the first line of
-    a BBC file is its headline (the near-OOD form), so it is skipped."""
+def bbc_articles(corpus: Path, headline: bool = True) -> list[tuple[str, str]]:
+    """(text, topic) of every distinct BBC article, on one line; `headline=False` leaves out
+    a file's first line, its headline (the near-OOD form)."""
     seen: set[str] = set()
     rows = []
     for topic_dir in sorted((corpus / "bbcnews" / "data").iterdir()):
         if not topic_dir.is_dir():
             continue
         for path in sorted(topic_dir.glob("*.txt")):
-            lines = [ln.strip() for ln in path.read_text("utf-8", errors="replace").splitlines()]
-            body = " ".join(ln for ln in lines[1:] if ln)
-            if body and body not in seen:
-                seen.add(body)
-                rows.append((body, topic_dir.name))
+            lines = path.read_text("utf-8", errors="replace").splitlines()
+            text = " ".join(" ".join(lines[0 if headline else 1 :]).split())
+            if text and text not in seen:
+                seen.add(text)
+                rows.append((text, topic_dir.name))
     return rows
 
 
@@ -194,7 +194,7 @@ def prepare_real(root: Path, sizes: Sizes, seed: int) -> Path | None:
     headlines = ood["near"][: sizes.ood]
     snippets = length_matched([(t, "") for t in ood["far"]], headlines, rng)
     ood = {"near": headlines, "far": [t for t, _ in snippets][: sizes.ood]}
-    articles = length_matched(bbc_first_sentences(corpus), headlines, rng)
+    articles = length_matched(bbc_articles(corpus, headline=False), headlines, rng)
     train, val, test = stratified_split(articles, (sizes.train, sizes.val, sizes.test), seed)
     data = root / "data"
     data.mkdir(parents=True, exist_ok=True)
