@@ -140,3 +140,12 @@ def test_real_data_prepares_length_matched_splits(tmp_path: Path) -> None:
     assert len(train) == real_text.QUICK.train and len({r["label"] for r in train}) == 5
     floor = real_text.length_auroc(data)
     assert all(v < 0.75 for v in floor.values()), floor  # lengths alone do not separate
+
+
+@pytest.mark.parametrize("option", ["--train", "--epochs", "--samples", "--ood"])
+@pytest.mark.parametrize("value", ["0", "100001"])
+def test_size_overrides_are_bounded(option: str, value: str, capsys) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(SystemExit) as stopped:
+        real_text.main([option, value, "--data-dir", "/nonexistent"])
+    assert stopped.value.code == 2
+    assert "between 1 and 100,000" in capsys.readouterr().err
