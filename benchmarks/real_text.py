@@ -20,13 +20,15 @@ detecting anything.
 
 Every method runs as a user runs it, through uqc's CLI (in this process: `cli.app.run`, the
 console script's entry, so imports are paid once): a single fine-tuned model (best epoch on
-val), 50% of heads pruned globally by Taylor, HIES and the head-map search, a deep ensemble of
-3, Hydra M = 3 (uqc's pipeline: one score ranking partitioned into members, fused, fine-tuned
-jointly; the paper's Taylor variant: members pruned from differently seeded Taylor scores and
-fine-tuned one by one, then fused), SVE post hoc and as the fine-tuning itself, DIRECTOR and MC
-Dropout. Each is evaluated uncalibrated (torch), calibrated on val (temperature), exported
-(ONNX Runtime: model-only ms/example) and dynamically int8-quantized. Rows are chosen on val
-only; every number reported is on test.
+val), 50% of heads pruned globally by Taylor, HIES (its alpha chosen on val among
+HIES_ALPHAS) and the head-map search, a deep ensemble of 3, Hydra M = 3 (uqc's pipeline: one
+HIES ranking partitioned into members, fused, fine-tuned jointly; the paper's Taylor and Circ
+variants: members of k = H/M heads per layer from differently seeded Taylor scores or HeadMap
+circuits, fine-tuned one by one, then fused), SVE post hoc and as the fine-tuning itself,
+DIRECTOR and MC Dropout. Each is evaluated on val (uncalibrated: what rows and defaults are
+chosen on) and on test: uncalibrated (torch), calibrated on val (temperature) as deployed
+(exported, in ONNX Runtime: model-only ms/example) and dynamically int8-quantized. Every
+number reported is on test.
 
     python benchmarks/real_text.py [--quick] [--rows single,hydra-3,...] [--out-dir DIR]
 
@@ -56,6 +58,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 SCORES = ("msp", "entropy", "mi")  # uqc eval's OOD scores (ood.<set>.<score>.<metric>)
 OOD_SETS = ("near", "far")
+HYDRA_M = 3
+PAPER_RATIO = "0.6667"  # the Hydra paper's k = H/M heads per layer and member (M = 3)
+HIES_ALPHAS = (0.25, 0.5, 0.75, 1.0)  # candidates chosen between on val (0.5: uqc's default)
 
 
 @dataclass(frozen=True)
@@ -233,7 +238,8 @@ class Runner:
     inputs and options, so the same id) is reused, one that holds another is refused."""
 
     root: Path
-    seconds: dict[str, float] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)  # each step's first run
+    total: float = 0.0  # every call, reruns (reuses) included
 
     def __call__(self, out: str, *args: object) -> Path:
         from uqcompress.cli.app import run
@@ -244,13 +250,17 @@ class Runner:
         start = time.perf_counter()
         with contextlib.redirect_stdout(io.StringIO()):
             code = run(argv)
-        self.seconds[out] = time.perf_counter() - start
+        elapsed = time.perf_counter() - start
+        # a later call of the same step reuses its artifact in a fraction of a second: the
+        # step's time stays the one of the run that built it
+        self.seconds.setdefault(out, elapsed)
+        self.total += elapsed
         if code not in (0, 3):  # 3: a gate failed (quantize then writes nothing)
             sys.exit(f"uqc {args[0]} failed (exit {code}): see the message above")
         return path
 
     def spent(self) -> float:
-        return sum(self.seconds.values())
+        return self.total
 
 
 @dataclass(frozen=True)
@@ -270,6 +280,7 @@ class Plan:
     data: Path
     sizes: Sizes
     model_dir: Path
+    choices: dict[str, Any] = field(default_factory=dict)  # what was chosen on val, and why
 
     @property
     def text(self) -> list[str]:
@@ -291,17 +302,40 @@ class Plan:
         args = self.train_args(self.sizes.epochs, seed, lr="1e-4")
         return self.uqc(f"base-s{seed}", "finetune", self.imported(), *args)
 
-    def scores(self, method: str, seed: int = 0) -> Path:
+    def scores(
+        self, method: str, seed: int = 0, alpha: float | None = None, ratio: float = 0.5
+    ) -> Path:
         args = ["--method", method, "--data", str(self.data / "train.csv")]
         args += ["--calib-size", str(self.sizes.calib_size), "--seed", str(seed), *self.text]
+        name = f"scores-{method}-s{seed}"
         if method == "headmap":
-            args += ["--ratio", "0.5"]
-        return self.uqc(f"scores-{method}-s{seed}", "score", self.base(), *args)
+            # the circuit search's pool: 256 examples as the paper's recipe, at most the data
+            args += ["--ratio", f"{ratio:g}", "--calib-pool", str(min(256, self.sizes.train))]
+            name += f"-r{ratio:g}"
+        if alpha is not None:
+            args += ["--alpha", f"{alpha:g}"]
+            name += f"-a{alpha:g}"
+        return self.uqc(name, "score", self.base(), *args)
 
-    def pruned(self, method: str) -> Path:
-        return self.uqc(
-            f"pruned-{method}", "prune", self.scores(method), "--ratio", "0.5", "--scope", "global"
-        )
+    def pruned(self, method: str, alpha: float | None = None) -> Path:
+        scores = self.scores(method, alpha=alpha)
+        name = f"pruned-{method}" + ("" if alpha is None else f"-a{alpha:g}")
+        return self.uqc(name, "prune", scores, "--ratio", "0.5", "--scope", "global")
+
+    def pruned_hies_chosen_on_val(self) -> Path:
+        """HIES at 50% with the alpha (importance vs attention entropy) best on val: each
+        candidate pruned and scored on val by accuracy (then NLL); the sweep is kept in
+        `choices` for the results."""
+        found = {}
+        for alpha in HIES_ALPHAS:
+            model = self.pruned("hies", alpha)
+            found[alpha] = (model, evaluate_val(self, f"pruned-hies-a{alpha:g}", [model]))
+        best = max(found, key=lambda a: (found[a][1]["acc"], -found[a][1]["nll"]))
+        self.choices["hies_alpha"] = {
+            "chosen": best,
+            "val": {f"{a:g}": _brief(m) for a, (_, m) in found.items()},
+        }
+        return found[best][0]
 
     def hydra_uqc(self) -> Path:
         members = self.uqc(
@@ -313,16 +347,28 @@ class Plan:
 
     def hydra_taylor(self) -> Path:
         """The paper's Taylor variant: M members from differently seeded Taylor scores, each
-        keeping half the heads of every layer and fine-tuned on its own, then fused."""
+        keeping k = H/M heads of every layer (4 of MiniLM's 12) and fine-tuned on its own,
+        then fused (no joint fine-tuning)."""
         tuned = []
-        for m in range(3):
+        for m in range(HYDRA_M):
             scores = self.scores("taylor", seed=m)
             member = self.uqc(
-                f"taylor-member{m}", "prune", scores, "--ratio", "0.5", "--scope", "layer"
+                f"taylor-member{m}", "prune", scores, "--ratio", PAPER_RATIO, "--scope", "layer"
             )
             args = self.train_args(self.sizes.member_epochs, m, lr="5e-5")
             tuned.append(self.uqc(f"taylor-member{m}-tuned", "finetune", member, *args))
         return self.uqc("hydra-taylor", "fuse", *tuned)
+
+    def hydra_circ(self) -> Path:
+        """The paper's Circ variant: member m keeps the circuit HeadMap's search finds on its
+        own seeded pool (k = H/M heads per layer), fine-tuned on its own, then fused."""
+        tuned = []
+        for m in range(HYDRA_M):
+            scores = self.scores("headmap", seed=m, ratio=float(PAPER_RATIO))
+            member = self.uqc(f"circ-member{m}", "prune", scores, "--ratio", PAPER_RATIO)
+            args = self.train_args(self.sizes.member_epochs, m, lr="5e-5")
+            tuned.append(self.uqc(f"circ-member{m}-tuned", "finetune", member, *args))
+        return self.uqc("hydra-circ", "fuse", *tuned)
 
     def sve_post_hoc(self) -> Path:
         args = self.train_args(self.sizes.member_epochs, 0)
@@ -333,7 +379,8 @@ class Plan:
         return self.uqc("sve-finetune", "svd-ensemble", self.imported(), *args)
 
     def director(self) -> Path:
-        args = self.train_args(self.sizes.member_epochs, 0)
+        # the full epochs, not a member's: its transition block is trained from scratch
+        args = self.train_args(self.sizes.epochs, 0)
         args += ["--samples", str(self.sizes.samples)]
         return self.uqc("director", "distill-director", self.base(), *args)
 
@@ -346,11 +393,12 @@ class Plan:
 ROWS: tuple[Row, ...] = (
     Row("single", lambda p: [p.base()]),
     Row("pruned-taylor", lambda p: [p.pruned("taylor")]),
-    Row("pruned-hies", lambda p: [p.pruned("hies")]),
+    Row("pruned-hies", lambda p: [p.pruned_hies_chosen_on_val()]),
     Row("pruned-headmap", lambda p: [p.pruned("headmap")]),
     Row("deep-ensemble-3", lambda p: [p.base(0), p.base(1), p.base(2)], single_artifact=False),
     Row("hydra-3", lambda p: [p.hydra_uqc()]),
     Row("hydra-3-taylor-paper", lambda p: [p.hydra_taylor()]),
+    Row("hydra-3-circ-paper", lambda p: [p.hydra_circ()]),
     Row("sve-post-hoc", lambda p: [p.sve_post_hoc()]),
     Row("sve-finetune", lambda p: [p.sve_finetune()]),
     Row("director", lambda p: [p.director()]),
@@ -359,6 +407,7 @@ ROWS: tuple[Row, ...] = (
 
 
 def evaluate(plan: Plan, name: str, models: list[Path]) -> dict[str, Any]:
+    """Test split and both OOD sets."""
     args = ["--data", str(plan.data / "test.csv"), *plan.text]
     for ood in OOD_SETS:
         args += ["--ood", str(plan.data / f"{ood}.csv")]
@@ -366,16 +415,30 @@ def evaluate(plan: Plan, name: str, models: list[Path]) -> dict[str, Any]:
     return dict(json.loads((out / "metrics.json").read_text()))
 
 
+def evaluate_val(plan: Plan, name: str, models: list[Path]) -> dict[str, Any]:
+    """The val split alone: what choices are made on (no OOD set is looked at)."""
+    args = ["--data", str(plan.data / "val.csv"), *plan.text]
+    out = plan.uqc(f"val-{name}", "eval", *models, *args)
+    return dict(json.loads((out / "metrics.json").read_text()))
+
+
+def _brief(metrics: dict[str, Any]) -> dict[str, float]:
+    return {k: float(metrics[k]) for k in ("acc", "nll", "ece", "brier") if k in metrics}
+
+
 def variants(plan: Plan, row: Row, models: list[Path]) -> dict[str, dict[str, Any]]:
-    """The row's metrics uncalibrated (torch), calibrated, exported (ONNX) and int8."""
-    found = {"torch": evaluate(plan, row.name, models)}
+    """The row's metrics on val (uncalibrated; what rows are compared on), and on test:
+    uncalibrated (torch), calibrated on val (temperature) as deployed: exported, in ONNX
+    Runtime (the export is parity-gated against the calibrated torch model, so a separate
+    torch evaluation of it would repeat the same numbers), and int8."""
+    found = {"val": evaluate_val(plan, row.name, models)}
+    found["torch"] = evaluate(plan, row.name, models)
     if not row.single_artifact or not (plan.sizes.every_variant or row.name == "single"):
         return found
     val = str(plan.data / "val.csv")
     calibrated = plan.uqc(f"{row.name}-calibrated", "calibrate", models[0], "--data", val)
-    found["calibrated"] = evaluate(plan, f"{row.name}-calibrated", [calibrated])
     onnx = plan.uqc(f"{row.name}-onnx", "export", calibrated, "--data", val)
-    found["onnx"] = evaluate(plan, f"{row.name}-onnx", [onnx])
+    found["calibrated"] = evaluate(plan, f"{row.name}-onnx", [onnx])
     int8 = plan.uqc(f"{row.name}-int8", "quantize", onnx, "--data", val)
     if (int8 / "manifest.json").is_file():  # else the drift gate refused it (said above)
         found["int8"] = evaluate(plan, f"{row.name}-int8", [int8])
@@ -418,6 +481,17 @@ def table(records: list[dict[str, Any]], lengths: dict[str, float]) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     floor = ", ".join(f"{k} {v:.3f}" for k, v in lengths.items())
     lines.append(f"\nlength-only detector AUROC (the floor): {floor}")
+    return "\n".join(lines)
+
+
+def val_table(records: list[dict[str, Any]]) -> str:
+    """Every row on val, uncalibrated: what the rows and defaults are chosen on."""
+    lines = ["| row (val) | acc | nll | ece | brier |", "|---|---|---|---|---|"]
+    for r in records:
+        if r["variant"] == "val":
+            m = r["metrics"]
+            cells = [f"{float(m[c]):.4f}" for c in ("acc", "nll", "ece", "brier")]
+            lines.append(f"| {r['row']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -470,14 +544,23 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()
     start = time.perf_counter()
     plan = Plan(Runner(work), data, sizes, model_dir)
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out = args.out_dir / f"real_text-{'quick-' if args.quick else ''}{stamp}.jsonl"
+    # Each row's records are written as soon as they are measured, so an interrupted run
+    # keeps what it measured; the header and the step times close the file.
+    partial = out.with_suffix(".partial.jsonl")
     records = []
-    for row in rows:
-        before = plan.uqc.spent()
-        models = row.build(plan)
-        built = plan.uqc.spent() - before  # the steps this row added (shared ones: once)
-        for variant, metrics in variants(plan, row, models).items():
-            record = {"row": row.name, "variant": variant, "metrics": metrics}
-            records.append({**record, "build_seconds": built})
+    with partial.open("w", encoding="utf-8") as handle:
+        for row in rows:
+            before = plan.uqc.spent()
+            models = row.build(plan)
+            built = plan.uqc.spent() - before  # the steps this row added (shared ones: once)
+            for variant, metrics in variants(plan, row, models).items():
+                record = {"row": row.name, "variant": variant, "metrics": metrics}
+                records.append({**record, "build_seconds": built})
+                handle.write(json.dumps(records[-1]) + "\n")
+                handle.flush()
     lengths = length_auroc(data)
     wall = time.perf_counter() - start
     machine = {
@@ -490,15 +573,17 @@ def main(argv: list[str] | None = None) -> int:
         "sizes": asdict(sizes),
         "model": str(model_dir),
     }
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    out = args.out_dir / f"real_text-{'quick-' if args.quick else ''}{stamp}.jsonl"
     with out.open("w", encoding="utf-8") as handle:
-        handle.write(json.dumps({"machine": machine, "length_only_auroc": lengths}) + "\n")
+        header = {"machine": machine, "length_only_auroc": lengths, "choices": plan.choices}
+        handle.write(json.dumps(header) + "\n")
         handle.write(json.dumps({"step_seconds": plan.uqc.seconds}) + "\n")
         for r in records:
             handle.write(json.dumps(r) + "\n")
-    print(table(records, lengths))
+    partial.unlink()
+    print(table([r for r in records if r["variant"] != "val"], lengths))
+    print("\n" + val_table(records))
+    for name, choice in plan.choices.items():
+        print(f"chosen on val: {name} = {choice['chosen']} ({json.dumps(choice['val'])})")
     print(
         f"\n{len(records)} rows in {wall:.0f} s (load {load_before[0]:.2f} -> "
         f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs); results: {out}"

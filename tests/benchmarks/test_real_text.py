@@ -81,6 +81,9 @@ def test_quick_run_produces_every_row_and_column(tmp_path: Path, capsys) -> None
     for record in records:
         by_row.setdefault(record["row"], set()).add(record["variant"])
         metrics = record["metrics"]
+        if record["variant"] == "val":  # the split choices are made on: no OOD set
+            assert metrics["examples"] == 30 and not any(k.startswith("ood.") for k in metrics)
+            continue
         for column in ("acc", "f1_macro", "nll", "ece", "brier", "latency_ms", "parameters"):
             assert column in metrics, (record["row"], record["variant"], column)
         # MSP and entropy for every model; mutual information where there are members
@@ -93,15 +96,25 @@ def test_quick_run_produces_every_row_and_column(tmp_path: Path, capsys) -> None
         assert 0.0 <= metrics["acc"] <= 1.0 and metrics["nll"] > 0
     assert set(by_row) == {row.name for row in real_text.ROWS}
     # --quick: the deployment variants for the single model (the others: torch only)
-    assert {"torch", "calibrated", "onnx"} <= by_row["single"]
-    assert all("torch" in variants for variants in by_row.values())
+    assert {"val", "torch", "calibrated"} <= by_row["single"]
+    assert all({"val", "torch"} <= variants for variants in by_row.values())
+    # HIES's alpha chosen on val among the candidates, each candidate's val metrics kept
+    choice = header["choices"]["hies_alpha"]
+    assert choice["chosen"] in real_text.HIES_ALPHAS
+    assert len(choice["val"]) == len(real_text.HIES_ALPHAS)
+    assert not list(results.glob("*.partial.jsonl"))  # closed into the results file
     # a deep ensemble of 3 and Hydra M = 3 report 3 members; a pruned model has fewer weights
     members = {r["row"]: r["metrics"]["members"] for r in records if r["variant"] == "torch"}
     assert members["deep-ensemble-3"] == 3 and members["hydra-3"] == 3
+    assert members["hydra-3-taylor-paper"] == 3 and members["hydra-3-circ-paper"] == 3
     params = {r["row"]: r["metrics"]["parameters"] for r in records if r["variant"] == "torch"}
     assert params["pruned-hies"] < params["single"]
     # the table has one line per record, and the length floor under it
-    assert sum(line.startswith("| ") for line in printed.splitlines()) == len(records) + 1
+    tested = [r for r in records if r["variant"] != "val"]
+    val_rows = len(records) - len(tested)
+    # one table line per test record and per val record, each table with its head line
+    assert sum(line.startswith("| ") for line in printed.splitlines()) == len(records) + 2
+    assert val_rows == len(real_text.ROWS)
     assert "length-only detector AUROC" in printed
 
 
