@@ -38,7 +38,7 @@ def _check_contract(artifact_path: Path, source: Path, input_kind: str) -> onnx.
     artifact = open_artifact(artifact_path)
     assert artifact.kind == "onnx"
     files = {p.name for p in artifact_path.iterdir()}
-    expected = {"manifest.json", "model.onnx", "parity.json"}
+    expected = {"manifest.json", "model.onnx", "parity.json", "README.md"}  # README: the card
     if input_kind == "text":
         expected.add("tokenizer.json")
     assert files == expected

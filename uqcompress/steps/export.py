@@ -131,8 +131,13 @@ def run(
         _refuse_non_finite(loaded, source.path)
         if cfg.format == "safetensors":
             _write_safetensors(loaded, writer)
+            from uqcompress.export.card import CardFacts, write_model_card
+
+            write_model_card(
+                writer.dir, CardFacts("export", "safetensors", writer.summary, source.path)
+            )
         else:
-            _write_onnx(loaded, source.ref.id, source.ref.kind, data, cfg, writer)
+            _write_onnx(loaded, source.ref.id, source.ref.kind, data, cfg, writer, source.path)
 
     return build_or_reuse(plan, out, force, build)
 
@@ -227,6 +232,20 @@ def _write_safetensors(loaded: Any, writer: ArtifactWriter) -> None:
         )
 
 
+def _write_tokenizer(loaded: Any, length: int | None, path: Path) -> None:
+    """The tokenizer file with the export's truncation and padding set, so that a plain
+    `tokenizers` + ONNX Runtime user gets inputs the graph takes (no 512-by-802 overflow)."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_str(loaded.tokenizer.backend_tokenizer.to_str())
+    if length is not None:
+        tokenizer.enable_truncation(length)
+    pad_id = int(loaded.tokenizer.pad_token_id or 0)
+    pad_token = loaded.tokenizer.pad_token or tokenizer.id_to_token(pad_id) or "[PAD]"
+    tokenizer.enable_padding(pad_id=pad_id, pad_token=str(pad_token))
+    tokenizer.save(str(path))
+
+
 def _write_onnx(
     loaded: Any,
     source_id: str,
@@ -234,10 +253,13 @@ def _write_onnx(
     data: Any,
     cfg: ExportConfig,
     writer: ArtifactWriter,
+    source_path: Path,
 ) -> None:
     from uqcompress.engine.modality import synthetic_examples
     from uqcompress.export import contract
+    from uqcompress.export.card import CardFacts, graph_metadata, write_model_card
     from uqcompress.export.graph import graph_for
+    from uqcompress.export.latency import latency_inputs, measure_latency
     from uqcompress.export.onnx import (
         check_parity,
         export_graph,
@@ -274,7 +296,7 @@ def _write_onnx(
         metadata_for(loaded, source_id, source_kind, loaded.members, max_length=length),
     )
     if loaded.input_kind == "text":
-        loaded.tokenizer.backend_tokenizer.save(str(writer.dir / contract.TOKENIZER_FILE))
+        _write_tokenizer(loaded, length, writer.dir / contract.TOKENIZER_FILE)
     predictor = Predictor(writer.dir, device=cfg.device, threads=cfg.threads)
     examples = data if data is not None else synthetic_examples(loaded)
     report = check_parity(graph, loaded, predictor, examples, cfg.atol, max_length=length)
@@ -285,6 +307,9 @@ def _write_onnx(
             "the difference is harmless",
         )
     save_parity(writer.dir, report)
+    writer.summary["latency"] = measure_latency(
+        predictor, latency_inputs(predictor, examples), cfg.threads
+    )
     writer.summary.update(
         {
             "format": "onnx",
@@ -306,3 +331,7 @@ def _write_onnx(
     if loaded.calibration is not None:
         writer.summary["calibration"] = loaded.calibration.to_dict()
     stderr.print(f"[green]parity ok[/green]: {report.describe()}")
+    write_model_card(
+        writer.dir,
+        CardFacts("export", "onnx", writer.summary, source_path, graph_metadata(onnx_path)),
+    )

@@ -569,3 +569,9 @@ def _build(
             "float16 ops, so it is not expected to be faster than float32 there"
         )
     stderr.print(f"[green]drift ok[/green]: {drift.describe()}")
+    from uqcompress.export.card import CardFacts, graph_metadata, write_model_card
+
+    write_model_card(
+        writer.dir,
+        CardFacts("quantize", "onnx", writer.summary, artifact.path, graph_metadata(target)),
+    )
