@@ -39,8 +39,8 @@ test: setup lint
 	$(BIN)/python -m pytest -q -n auto --dist loadscope
 
 lint: setup
-	$(BIN)/ruff check uqcompress tests benchmarks
-	$(BIN)/ruff format --check uqcompress tests benchmarks
+	$(BIN)/ruff check uqcompress tests benchmarks packaging
+	$(BIN)/ruff format --check uqcompress tests benchmarks packaging
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-logo  # the layering contracts in pyproject.toml
 
