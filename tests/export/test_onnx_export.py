@@ -52,6 +52,7 @@ def _check_contract(artifact_path: Path, source: Path, input_kind: str) -> onnx.
         "probs",
         "entropy",
         "mutual_info",
+        "logits",  # what Hugging Face loaders read (export/contract.LOGITS_OUTPUT)
     ]
     names = (
         ["input_ids", "attention_mask", "token_type_ids"]
@@ -96,7 +97,13 @@ def _parity(artifact_path: Path) -> dict[str, Any]:
 def _check_parity_report(parity: dict[str, Any]) -> None:
     assert parity["passed"] is True
     assert 0 <= parity["max_abs_diff"]["probs"] <= 1e-4
-    assert set(parity["max_abs_diff"]) == {"member_logits", "probs", "entropy", "mutual_info"}
+    assert set(parity["max_abs_diff"]) == {
+        "member_logits",
+        "probs",
+        "entropy",
+        "mutual_info",
+        "logits",
+    }
     assert parity["max_abs_diff"]["mutual_info"] <= 1e-6  # M = 1
     assert parity["argmax_agreement"] == 1
     assert parity["batch_size"] != TRACE_BATCH

@@ -53,6 +53,8 @@ CASES = [
     ("init", "--image-size"),
     ("init", "--patch-size"),
     ("init", "--seed"),
+    ("serve", "--max-batch"),
+    ("serve", "--max-wait-ms"),
 ]
 
 
@@ -60,6 +62,8 @@ def _args(command: str, flag: str, model: Path, data: Path, onnx: Path) -> list[
     if command == "init":
         labels = [] if flag == "--num-labels" else ["--labels", "a,b"]
         return ["init", "--family", "vit", *labels, flag, str(BIG)]
+    if command == "serve":
+        return ["serve", str(onnx), flag, str(BIG)]
     target = onnx if command == "quantize" else model
     extra = ["--data", str(data)]
     if command == "score":

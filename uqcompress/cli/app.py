@@ -18,7 +18,7 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 
 from uqcompress import __version__
-from uqcompress.cli import demo_cmd, inspect_cmd, run_cmd
+from uqcompress.cli import demo_cmd, inspect_cmd, run_cmd, serve_cmd
 from uqcompress.cli.commands import HELP, step_command
 from uqcompress.errors import UqcError
 from uqcompress.runtime import interrupts
@@ -101,13 +101,14 @@ _HAND_WRITTEN = {
     "run": run_cmd.run_recipe,
     "inspect": inspect_cmd.inspect,
     "verify": inspect_cmd.verify,
+    "serve": serve_cmd.serve,
     "demo": demo_cmd.demo,
 }
 # In `uqc --help` order: the pipeline, then what looks at or runs it.
 _ORDER = (
     "init", "import", "finetune", "eval", "score", "prune", "fuse", "svd-ensemble",
     "distill-director", "mc-dropout", "calibrate", "export", "quantize", "predict", "compare",
-    "run", "inspect", "verify", "demo",
+    "run", "inspect", "verify", "serve", "demo",
 )  # fmt: skip
 assert set(_ORDER) == set(HELP) | set(_HAND_WRITTEN), "a command is missing from _ORDER"
 for _name in _ORDER:

@@ -12,6 +12,12 @@ from uqcompress.engine.modality import IMAGE, TEXT
 from uqcompress.uq.outputs import OUTPUT_FIELDS
 
 OUTPUT_NAMES = OUTPUT_FIELDS  # the graph's outputs are the fields of the one record
+# One more output for Hugging Face loaders (optimum's ORTModelFor*Classification and
+# `pipeline` read `logits`): a single model's (temperature-scaled) logits; for an ensemble the
+# log of the mean probabilities, so that softmax(logits) is `probs` and argmax agrees. The
+# Predictor does not read it; exports before it lack it.
+LOGITS_OUTPUT = "logits"
+GRAPH_OUTPUTS = (*OUTPUT_NAMES, LOGITS_OUTPUT)
 TEXT_INPUTS = TEXT.inputs  # the model's inputs, in the graph's order (engine/modality.py)
 IMAGE_INPUTS = IMAGE.inputs
 

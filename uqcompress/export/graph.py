@@ -31,9 +31,28 @@ class _Graph(nn.Module):
 
 
 def _outputs(logits: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """Shape: member logits `[B, M, C]` -> the contract's four outputs."""
+    """Shape: member logits `[B, M, C]` -> the contract's four outputs and `logits` `[B, C]`
+    (contract.GRAPH_OUTPUTS)."""
     outputs = uncertainty_outputs(logits)
-    return logits.float(), outputs.probs, outputs.entropy, outputs.mutual_info
+    return (
+        logits.float(),
+        outputs.probs,
+        outputs.entropy,
+        outputs.mutual_info,
+        loader_logits(logits.float(), outputs.probs),
+    )
+
+
+def loader_logits(member_logits: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
+    """The `logits` output Hugging Face loaders read: M = 1, the member's logits; M > 1, the
+    log of the mean probabilities (floored at the smallest normal float, so a probability
+    that underflows to 0 stays finite), whose softmax is `probs`.
+
+    Shape: member_logits `[B, M, C]`, probs `[B, C]` -> `[B, C]`.
+    """
+    if member_logits.shape[1] == 1:
+        return member_logits[:, 0]
+    return torch.log(probs.clamp_min(torch.finfo(probs.dtype).tiny))
 
 
 class TextGraph(_Graph):
@@ -66,7 +85,7 @@ class SampledTextGraph(_Graph):
     """A sampling model (DIRECTOR) with its noise as an input.
 
     Shape: input_ids, attention_mask, token_type_ids `[B, T]`, noise `[B, S, K, T, d]` ->
-    member_logits `[B, S, C]`, probs, entropy, mutual_info.
+    member_logits `[B, S, C]`, probs, entropy, mutual_info, logits.
     """
 
     def forward(

@@ -121,7 +121,7 @@ def export_graph(graph: Any, loaded: LoadedModel, path: Path, opset: int) -> boo
             graph,
             _trace_inputs(loaded),
             input_names=list(names),
-            output_names=list(contract.OUTPUT_NAMES),
+            output_names=list(contract.GRAPH_OUTPUTS),
             dynamic_shapes=dynamic,
             opset_version=opset,
             dynamo=True,
@@ -245,7 +245,7 @@ def check_parity(
     if subset.input_kind == "image":
         raw = encode_images(subset, loaded.preprocessing, encoded.labels, normalise=False)
     report = ParityReport(atol=atol, examples=n, batch_size=PARITY_BATCH)
-    parity = Parity(atol)
+    parity = Parity(atol, names=contract.GRAPH_OUTPUTS)  # `logits` for HF loaders too
     agree = 0
     graph.eval()
     for start in range(0, n, PARITY_BATCH):
@@ -272,7 +272,7 @@ def check_parity(
         with torch.inference_mode():
             reference = [t.float().numpy() for t in graph(**batch)]
         got = predictor.run(onnx_inputs)
-        produced = list(got.arrays())
+        produced = [*got.arrays(), predictor.loader_logits(onnx_inputs)]
         parity.compare(reference, produced)
         if reference[1].shape == got.probs.shape:
             agree += int(np.sum(np.argmax(reference[1], axis=1) == np.argmax(got.probs, axis=1)))

@@ -590,28 +590,35 @@ class Predictor:
             ),
         )
 
-    def _session_run(self, inputs: dict[str, npt.NDArray[Any]]) -> list[npt.NDArray[Any]]:
-        """The graph's four outputs for `inputs`; a sampling model's batch is fed in slices
-        of `examples_per_pass` examples (each with all its S samples and its own draws, so
-        the outputs are those of one pass).
+    def _session_run(
+        self, inputs: dict[str, npt.NDArray[Any]], names: tuple[str, ...] = contract.OUTPUT_NAMES
+    ) -> list[npt.NDArray[Any]]:
+        """The graph's outputs `names` (default: the contract's four) for `inputs`; a
+        sampling model's batch is fed in slices of `examples_per_pass` examples (each with
+        all its S samples and its own draws, so the outputs are those of one pass).
 
-        Shape: inputs `[B, ...]` (noise `[B, S, K, T, d]`) -> the contract's outputs `[B, ...]`.
+        Shape: inputs `[B, ...]` (noise `[B, S, K, T, d]`) -> the outputs `[B, ...]`.
         """
         feed = {name: inputs[name] for name in self.input_names}
         if self.noise is None:
-            return list(self.session.run(list(contract.OUTPUT_NAMES), feed))
+            return list(self.session.run(list(names), feed))
         from uqcompress.uq.noise import examples_per_pass
 
         noise = feed[contract.NOISE_INPUT]  # [B, S, K, T, d]
         batch, samples, _, tokens, _ = noise.shape
         step = examples_per_pass(batch, samples, tokens, self.sample_chunk)
         parts = [
-            self.session.run(
-                list(contract.OUTPUT_NAMES), {k: v[i : i + step] for k, v in feed.items()}
-            )
+            self.session.run(list(names), {k: v[i : i + step] for k, v in feed.items()})
             for i in range(0, batch, step)
         ]
-        return [np.concatenate([p[j] for p in parts]) for j in range(len(contract.OUTPUT_NAMES))]
+        return [np.concatenate([p[j] for p in parts]) for j in range(len(names))]
+
+    def loader_logits(self, inputs: dict[str, npt.NDArray[Any]]) -> npt.NDArray[Any]:
+        """The graph's `logits` output (what Hugging Face loaders read), for a parity check.
+
+        Shape: inputs `[B, ...]` (a sampling model's noise included) -> `[B, C]`.
+        """
+        return self._session_run(inputs, (contract.LOGITS_OUTPUT,))[0]
 
     def predict_texts(
         self, texts: list[str], batch_size: int = 64, pairs: list[str] | None = None

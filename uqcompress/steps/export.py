@@ -232,10 +232,50 @@ def _write_safetensors(loaded: Any, writer: ArtifactWriter) -> None:
         )
 
 
-def _write_tokenizer(loaded: Any, length: int | None, path: Path) -> None:
+def _write_loader_files(loaded: Any, directory: Path) -> str:
+    """The files Hugging Face loaders read beside model.onnx: config.json (labels, model
+    type) and the tokenizer's or image processor's config, so that optimum's
+    `ORTModelFor*Classification.from_pretrained(dir)` and `pipeline(...)` load the export
+    and read its `logits` output. Returns what loads the export, for the summary and card.
+    """
+    from uqcompress.export import contract
+    from uqcompress.export.graph import takes_noise
+
+    loaded.model.config.to_json_file(str(directory / "config.json"))
+    if loaded.tokenizer is not None:
+        loaded.tokenizer.save_pretrained(str(directory))  # tokenizer.json: rewritten after
+    if loaded.preprocessing is not None:
+        loaded.preprocessing.save(directory)
+    predictor = "uqcompress.export.runtime.Predictor(dir)"
+    if takes_noise(loaded.model):
+        return (
+            f"{predictor} only: the graph takes a `{contract.NOISE_INPUT}` input that "
+            "optimum's ORTModel does not feed"
+        )
+    task = "Sequence" if loaded.input_kind == "text" else "Image"
+    return (
+        f"optimum.onnxruntime.ORTModelFor{task}Classification.from_pretrained(dir) "
+        f"(reads `{contract.LOGITS_OUTPUT}`), or {predictor} for every output"
+    )
+
+
+def _write_tokenizer(loaded: Any, length: int | None, directory: Path) -> None:
     """The tokenizer file with the export's truncation and padding set, so that a plain
-    `tokenizers` + ONNX Runtime user gets inputs the graph takes (no 512-by-802 overflow)."""
+    `tokenizers` + ONNX Runtime user gets inputs the graph takes (no 512-by-802 overflow);
+    and transformers' tokenizer config truncating at the same length (`truncation=True`
+    reads `model_max_length`), so a `pipeline` sees what the Predictor sees."""
+    import json
+
     from tokenizers import Tokenizer
+
+    from uqcompress.export import contract
+
+    path = directory / contract.TOKENIZER_FILE
+    config_path = directory / "tokenizer_config.json"
+    if length is not None and config_path.is_file():
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+        config["model_max_length"] = length
+        config_path.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
 
     tokenizer = Tokenizer.from_str(loaded.tokenizer.backend_tokenizer.to_str())
     if length is not None:
@@ -295,8 +335,9 @@ def _write_onnx(
         onnx_path,
         metadata_for(loaded, source_id, source_kind, loaded.members, max_length=length),
     )
+    loader = _write_loader_files(loaded, writer.dir)
     if loaded.input_kind == "text":
-        _write_tokenizer(loaded, length, writer.dir / contract.TOKENIZER_FILE)
+        _write_tokenizer(loaded, length, writer.dir)
     predictor = Predictor(writer.dir, device=cfg.device, threads=cfg.threads)
     examples = data if data is not None else synthetic_examples(loaded)
     report = check_parity(graph, loaded, predictor, examples, cfg.atol, max_length=length)
@@ -330,6 +371,9 @@ def _write_onnx(
     )
     if loaded.calibration is not None:
         writer.summary["calibration"] = loaded.calibration.to_dict()
+    writer.summary["loads_with"] = loader
+    if not loader.startswith("optimum"):
+        writer.warn(f"optimum's ORTModel cannot run this export: {loader}")
     stderr.print(f"[green]parity ok[/green]: {report.describe()}")
     write_model_card(
         writer.dir,
