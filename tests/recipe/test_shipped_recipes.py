@@ -132,3 +132,45 @@ def test_hies_sweep_recipe_prunes_globally_for_every_alpha(cli: Callable[..., An
     rows = table["rows"] if isinstance(table, dict) else table
     assert len(rows) == 7
     assert report["gate"]["step"] == "eval05"
+
+
+def test_hydra_bert_csv_runs_the_taylor_protocol_on_a_headless_bert(
+    cli: Callable[..., Any], tmp_path: Path, sentiment_csv: dict[str, Path]
+) -> None:
+    """The user's BERT recipe, end to end on a tiny BertModel without a classifier (what
+    sentence encoders ship): import adds a head, 3 Taylor members of k = H/M heads per layer
+    fine-tuned one by one, fused, exported, evaluated."""
+    from uqcompress.models.factory import create_model
+
+    encoder = create_model("bert", ["a", "b"], seed=3)
+    encoder.model.bert.save_pretrained(tmp_path / "encoder")
+    assert encoder.tokenizer is not None
+    encoder.tokenizer.save_pretrained(tmp_path / "encoder")
+    train, test = str(sentiment_csv["train"]), str(sentiment_csv["test"])
+    settings = [
+        f"vars.model={tmp_path / 'encoder'}",
+        f"vars.train={train}",
+        f"vars.val={test}",
+        f"vars.test={test}",
+        "vars.epochs=1",
+        "vars.member_epochs=1",
+        "vars.max_length=32",
+        "vars.ratio=0.5",
+        "gate.acc=>= 0",
+        "gate.ece=<= 1",
+    ]
+    path = Path(__file__).parents[2] / "recipes" / "hydra-bert-csv.toml"
+    args = [arg for item in settings for arg in ("--set", item)]
+    result = cli("run", path, "--json", *args)
+    assert result.code == 0, result.err[-3000:]
+    report: dict[str, Any] = json.loads(result.out)
+    heads = _summary(report, "imported")["heads"]
+    for m in range(3):
+        assert _summary(report, f"scores{m}")["method"] == "taylor"
+        assert _summary(report, f"member{m}")["heads_per_layer"] == [heads // 2] * 2
+    fused = _summary(report, "hydra")
+    assert fused["members"] == 3
+    onnx = _summary(report, "onnx")
+    assert onnx["members"] == 3 and onnx["parity_argmax_agreement"] == 1.0
+    metrics = json.loads((Path(report["steps"]["eval"]["path"]) / "metrics.json").read_text())
+    assert metrics["members"] == 3 and 0.0 <= metrics["acc"] <= 1.0
