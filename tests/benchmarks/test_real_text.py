@@ -116,6 +116,15 @@ def test_quick_run_produces_every_row_and_column(tmp_path: Path, capsys) -> None
     assert sum(line.startswith("| ") for line in printed.splitlines()) == len(records) + 2
     assert val_rows == len(real_text.ROWS)
     assert "length-only detector AUROC" in printed
+    # the side-by-side latency of the run's exports (--quick: the single model's only)
+    import real_text_latency
+
+    latency_args = [str(tmp_path / "work"), "--data-dir", str(data), "--rounds", "2"]
+    assert real_text_latency.main([*latency_args, "--examples", "8"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    single = next(line for line in lines if line.startswith("| single-onnx |"))
+    assert single.split(" | ")[2] == "1.00"  # its own ratio
+    assert float(single.split(" | ")[1]) > 0
 
 
 def test_length_matching_gives_in_and_out_one_length_distribution() -> None:
