@@ -16,7 +16,8 @@ ROOT = Path(__file__).parents[2]
 JOB = ROOT / "examples" / "ci" / "github-actions.yml"
 SCRIPT = ROOT / "examples" / "ci" / "publish-model.sh"
 # The tiny model needs more epochs and a higher learning rate than BERT-base's defaults.
-TINY = ["--set", "vars.epochs=8", "--set", "vars.lr=3e-3", "--set", "vars.hydra_epochs=8"]
+TINY = ["--set", "vars.epochs=8", "--set", "vars.lr=3e-3", "--set", "vars.member_epochs=8"]
+TINY += ["--set", "vars.member_lr=3e-3"]
 
 
 def _job_arguments() -> list[str]:
@@ -75,5 +76,5 @@ def test_ci_example_publishes_only_when_the_gates_pass(tmp_path: Path) -> None:
     failed = _run(workspace, "--set", "gate.acc=>= 1.01", dist="dist/strict")
     assert failed.returncode == 3, failed.stderr[-3000:]
     assert "quality gate failed on step 'eval'" in failed.stderr
-    assert "8 steps: 0 built, 8 reused" in failed.stderr  # the gate ran on finished artifacts
+    assert "14 steps: 0 built, 14 reused" in failed.stderr  # the gate ran on finished artifacts
     assert not (workspace / "dist" / "strict").exists()
