@@ -39,8 +39,11 @@ def _check_contract(artifact_path: Path, source: Path, input_kind: str) -> onnx.
     assert artifact.kind == "onnx"
     files = {p.name for p in artifact_path.iterdir()}
     expected = {"manifest.json", "model.onnx", "parity.json", "README.md"}  # README: the card
+    expected.add("config.json")  # with the processor's files below: for Hugging Face loaders
     if input_kind == "text":
-        expected.add("tokenizer.json")
+        expected |= {"tokenizer.json", "tokenizer_config.json"}
+    else:
+        expected.add("preprocessor_config.json")
     assert files == expected
     assert not list(artifact_path.rglob("*.onnx.data"))
     assert not list(artifact_path.rglob("*.data"))
