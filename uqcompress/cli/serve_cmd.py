@@ -8,13 +8,11 @@ import typer
 
 from uqcompress.cli.options import resolve_input
 
-MAX_BATCH_LIMIT = 1024
-MAX_WAIT_MS_LIMIT = 1000
-
 
 def check_options(host: str, port: int, max_batch: int, max_wait_ms: int) -> None:
     """Every problem of the options at once (ConfigProblems), each a line with its fix."""
     from uqcompress.errors import Problems
+    from uqcompress.runtime.limits import over_limit
 
     problems = Problems()
     if not host.strip():
@@ -23,20 +21,12 @@ def check_options(host: str, port: int, max_batch: int, max_wait_ms: int) -> Non
         problems.add(f"--port {port} is not a TCP port (1..65535)", hint="pass --port 8000")
     if max_batch < 1:
         problems.add(f"--max-batch {max_batch} must be at least 1", hint="pass --max-batch 32")
-    elif max_batch > MAX_BATCH_LIMIT:
-        problems.add(
-            f"--max-batch {max_batch} is more than {MAX_BATCH_LIMIT:,} (a batch's examples "
-            "are held in memory and run at once)",
-            hint=f"pass --max-batch {MAX_BATCH_LIMIT} or less",
-        )
     if max_wait_ms < 0:
         problems.add(f"--max-wait-ms {max_wait_ms} must be 0 or more", hint="pass --max-wait-ms 5")
-    elif max_wait_ms > MAX_WAIT_MS_LIMIT:
-        problems.add(
-            f"--max-wait-ms {max_wait_ms} is more than {MAX_WAIT_MS_LIMIT:,} (each request "
-            "may wait this long for others to batch with)",
-            hint=f"pass --max-wait-ms {MAX_WAIT_MS_LIMIT} or less",
-        )
+    for name, value in (("max_batch", max_batch), ("max_wait_ms", max_wait_ms)):
+        over = over_limit(name, value, "--" + name.replace("_", "-"))  # the shared bounds
+        if over is not None:
+            problems.add(over[0], hint=over[1])
     problems.raise_any()
 
 

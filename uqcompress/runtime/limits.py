@@ -60,6 +60,9 @@ COUNT_LIMITS: dict[str, CountLimit] = {
     "image_size": CountLimit(4096, "pixels per side; the image is held in memory"),
     "patch_size": CountLimit(4096, "pixels per side; at most --image-size"),
     "seed": CountLimit(2**32 - 1, "numpy's seeds are 32-bit"),
+    # uqc serve (its options are not a step config's; cli/serve_cmd.py checks them here)
+    "max_batch": CountLimit(1024, "a batch's examples are held in memory and run at once"),
+    "max_wait_ms": CountLimit(1000, "each request may wait this long for others to batch with"),
 }
 
 
