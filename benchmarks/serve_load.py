@@ -2,26 +2,38 @@
 
 - `uqc serve` with micro-batching (`--max-batch B --max-wait-ms W`, defaults 32 and 5);
 - `uqc serve --max-batch 1` (every example its own model call);
-- a plain Predictor loop in this process (one `predict_texts([text])` call per request, no
-  HTTP at all): the floor of one-at-a-time serving.
+- a plain Predictor loop in this process (one Predictor call per request, an image decoded
+  as the server decodes it, no HTTP at all): the floor of one-at-a-time serving.
 
-The model is a BERT-small-shaped classifier (`uqc init --family bert --preset small`: 4
-layers, hidden 256, 2 labels; random weights, nothing downloaded) exported with
-`uqc export --format onnx`. Requests are one short text each (6-40 words of the shipped
-vocabulary, seeded). Each server is a fresh `uqc serve` process on a free 127.0.0.1 port;
-`--concurrency` client threads (one httpx connection each) send `--requests` requests in
+Two exports (random weights, nothing downloaded; `uqc export --format onnx`), each its own
+table (`--family bert`, `vit` or `both`):
+- BERT-small-shaped (4 layers, hidden 512, 8 heads; `uqc init --family bert --preset small
+  --set ...`, 2 labels); a request is one short text (6-40 words of the shipped vocabulary,
+  seeded);
+- ViT-S/16-shaped (12 layers, hidden 384, 6 heads, 224 x 224 RGB in 16-px patches; `uqc
+  init --family vit --preset base --set ...`, 10 labels); a request is one 224 x 224 PNG
+  (seeded noise, base64), decoded by the server.
+
+A fourth row, the Predictor alone on the same requests in batches of `--max-batch`, is the
+ceiling of what merging can buy: on a CPU whose per-example model time hardly falls with
+the batch, micro-batching can only save the per-call overhead.
+
+Each server is a fresh `uqc serve` process on a free 127.0.0.1 port; `--concurrency` client
+threads (one httpx connection each) send `--requests` requests in
 all, then the run stops. Per mode: wall seconds, requests per second, p50 and p99 latency
 (ms, send to answer, as each client sees it) and the Predictor calls the server made (its
 /healthz `batches`). Client threads, server and model share this machine's cores, so
 the absolute numbers depend on it and on what else runs; nothing here asserts on them.
 
-    .venv/bin/python benchmarks/serve_load.py [--requests 400] [--concurrency 16]
-        [--max-batch 32] [--max-wait-ms 5] [--keep DIR]
+    .venv/bin/python benchmarks/serve_load.py [--family both] [--requests 400]
+        [--concurrency 16] [--max-batch 32] [--max-wait-ms 5] [--keep DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import io
 import os
 import random
 import socket
@@ -52,20 +64,54 @@ def _uqc(*args: str) -> str:
     return result.stdout.strip()
 
 
-def build_export(root: Path) -> Path:
-    model = root / "bert-small"
-    onnx = root / "bert-small-onnx"
+# The published shapes, random weights: BERT-small (Turc et al. 2019: 4 layers, hidden 512,
+# 8 heads) and ViT-S/16 (Touvron et al. 2021: 12 layers, hidden 384, 6 heads, 224 px RGB).
+FAMILIES = {
+    "bert": (
+        "BERT-small-shaped (4 layers, hidden 512)",
+        (
+            *("--family", "bert", "--preset", "small", "--set", "hidden_size=512"),
+            *("--set", "num_attention_heads=8", "--set", "intermediate_size=2048"),
+            *("--labels", "neg,pos"),
+        ),
+    ),
+    "vit": (
+        "ViT-S/16-shaped (12 layers, hidden 384, 224x224 RGB)",
+        (
+            *("--family", "vit", "--preset", "base", "--set", "hidden_size=384"),
+            *("--set", "num_attention_heads=6", "--set", "intermediate_size=1536"),
+            *("--labels", ",".join(str(d) for d in range(10))),
+        ),
+    ),
+}
+IMAGE_SIDE = 224
+
+
+def build_export(root: Path, family: str) -> Path:
+    model = root / family
+    onnx = root / f"{family}-onnx"
     if not (onnx / "model.onnx").is_file():
         if not (model / "manifest.json").is_file():
-            _uqc("init", "--family", "bert", "--preset", "small", "--labels", "neg,pos",
-                 "--out", str(model))  # fmt: skip
+            _uqc("init", *FAMILIES[family][1], "--out", str(model))
         _uqc("export", str(model), "--format", "onnx", "--out", str(onnx))
     return onnx
 
 
-def make_texts(n: int, seed: int = 0) -> list[str]:
+def make_bodies(family: str, n: int, seed: int = 0) -> list[dict[str, list[str]]]:
+    """`n` request bodies of one example each: a short text, or a base64 PNG."""
     rng = random.Random(seed)
-    return [" ".join(rng.choices(WORDS, k=rng.randint(6, 40))) for _ in range(n)]
+    if family == "bert":
+        return [{"texts": [" ".join(rng.choices(WORDS, k=rng.randint(6, 40)))]} for _ in range(n)]
+    from PIL import Image
+
+    pixels = np.random.default_rng(seed)
+    bodies = []
+    for _ in range(n):
+        buffer = io.BytesIO()
+        noise = pixels.integers(0, 256, size=(IMAGE_SIDE, IMAGE_SIDE, 3)).astype(np.uint8)
+        Image.fromarray(noise, "RGB").save(buffer, format="PNG")
+        bodies.append({"images": [base64.b64encode(buffer.getvalue()).decode("ascii")]})
+    return bodies
 
 
 @dataclass
@@ -86,19 +132,66 @@ class Result:
         )
 
 
-def plain_loop(export: Path, texts: list[str]) -> Result:
+def plain_loop(export: Path, bodies: list[dict[str, list[str]]]) -> Result:
+    """One Predictor call per request in this process, doing the server's work (an image
+    is decoded as the server decodes it) without HTTP."""
     from uqcompress.export.runtime import Predictor
+    from uqcompress.serve.app import decode_images, server_resize
 
     predictor = Predictor(export)
-    predictor.predict_texts(texts[:4])  # warm-up
+    size = int(predictor.preprocessing.get("image_size", 0) or 0)
+    channels = int(predictor.preprocessing.get("num_channels", 0) or 0)
+    resize = server_resize(predictor)
+
+    def one(body: dict[str, list[str]]) -> None:
+        if "texts" in body:
+            predictor.predict_texts(body["texts"])
+        else:
+            files = [base64.b64decode(item) for item in body["images"]]
+            predictor.predict_pixels(decode_images(files, size, channels, resize))
+
+    for body in bodies[:4]:  # warm-up
+        one(body)
     latencies = []
     start = time.perf_counter()
-    for text in texts:
+    for body in bodies:
         t0 = time.perf_counter()
-        predictor.predict_texts([text])
+        one(body)
         latencies.append((time.perf_counter() - t0) * 1000)
     wall = time.perf_counter() - start
-    return Result("Predictor loop (no HTTP)", len(texts), 1, wall, latencies, len(texts))
+    return Result("Predictor loop (no HTTP)", len(bodies), 1, wall, latencies, len(bodies))
+
+
+def plain_batches(export: Path, bodies: list[dict[str, list[str]]], batch: int) -> Result:
+    """The Predictor alone on the same examples, `batch` per call (images decoded first):
+    the model's own gain from batching, without HTTP."""
+    from uqcompress.export.runtime import Predictor
+    from uqcompress.serve.app import decode_images, server_resize
+
+    predictor = Predictor(export)
+    chunks = [bodies[i : i + batch] for i in range(0, len(bodies), batch)]
+    if "texts" in bodies[0]:
+        calls = [lambda c=c: predictor.predict_texts([b["texts"][0] for b in c]) for c in chunks]
+    else:
+        size = int(predictor.preprocessing["image_size"])
+        channels = int(predictor.preprocessing["num_channels"])
+        resize = server_resize(predictor)
+
+        def run(c: list[dict[str, list[str]]]) -> None:
+            files = [base64.b64decode(b["images"][0]) for b in c]
+            predictor.predict_pixels(decode_images(files, size, channels, resize), batch)
+
+        calls = [lambda c=c: run(c) for c in chunks]
+    calls[0]()  # warm-up
+    latencies = []
+    start = time.perf_counter()
+    for call in calls:
+        t0 = time.perf_counter()
+        call()
+        latencies.append((time.perf_counter() - t0) * 1000)
+    wall = time.perf_counter() - start
+    return Result(f"Predictor, batches of {batch} (no HTTP; ms per call)", len(bodies), 1, wall, latencies,
+                  len(calls))  # fmt: skip
 
 
 def _free_port() -> int:
@@ -123,16 +216,20 @@ def _wait_up(url: str, proc: subprocess.Popen[str]) -> None:
 
 
 def served(
-    export: Path, texts: list[str], concurrency: int, max_batch: int, max_wait_ms: int
+    export: Path,
+    bodies: list[dict[str, list[str]]],
+    concurrency: int,
+    max_batch: int,
+    max_wait_ms: int,
 ) -> Result:
     # the server's access log goes to a file: a pipe nobody reads could fill and block it
     with tempfile.TemporaryFile(mode="w+") as log:
-        return _served(export, texts, concurrency, max_batch, max_wait_ms, log)
+        return _served(export, bodies, concurrency, max_batch, max_wait_ms, log)
 
 
 def _served(
     export: Path,
-    texts: list[str],
+    bodies: list[dict[str, list[str]]],
     concurrency: int,
     max_batch: int,
     max_wait_ms: int,
@@ -154,12 +251,12 @@ def _served(
     try:
         _wait_up(url, proc)
         with httpx.Client() as warm:  # warm-up, not timed
-            for text in texts[:4]:
-                warm.post(f"{url}/predict", json={"texts": [text]}).raise_for_status()
+            for body in bodies[:4]:
+                warm.post(f"{url}/predict", json=body).raise_for_status()
         before = httpx.get(f"{url}/healthz").json()["batches"]
         latencies: list[float] = []
         lock = threading.Lock()
-        next_index = iter(range(len(texts)))
+        next_index = iter(range(len(bodies)))
         errors: list[str] = []
 
         def client() -> None:
@@ -170,7 +267,7 @@ def _served(
                     if i is None:
                         return
                     t0 = time.perf_counter()
-                    response = http.post(f"{url}/predict", json={"texts": [texts[i]]})
+                    response = http.post(f"{url}/predict", json=bodies[i])
                     took = (time.perf_counter() - t0) * 1000
                     with lock:
                         latencies.append(took)
@@ -199,40 +296,55 @@ def _served(
         if max_batch > 1
         else "uqc serve --max-batch 1"
     )
-    return Result(mode, len(texts), concurrency, wall, latencies, calls)
+    return Result(mode, len(bodies), concurrency, wall, latencies, calls)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--family", choices=("bert", "vit", "both"), default="both")
     parser.add_argument("--requests", type=int, default=400)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--max-batch", type=int, default=32)
     parser.add_argument("--max-wait-ms", type=int, default=5)
-    parser.add_argument("--keep", type=Path, help="build (or reuse) the export here")
+    parser.add_argument("--keep", type=Path, help="build (or reuse) the exports here")
     args = parser.parse_args()
     if not 1 <= args.requests <= 100_000 or not 1 <= args.concurrency <= 256:
         raise SystemExit("--requests must be 1..100000 and --concurrency 1..256")
+    families = ["bert", "vit"] if args.family == "both" else [args.family]
     with tempfile.TemporaryDirectory() as tmp:
         root = args.keep or Path(tmp)
         root.mkdir(parents=True, exist_ok=True)
-        t0 = time.perf_counter()
-        export = build_export(root)
-        print(f"export {export} ready in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
-        texts = make_texts(args.requests)
-        results = [
-            served(export, texts, args.concurrency, args.max_batch, args.max_wait_ms),
-            served(export, texts, args.concurrency, 1, 0),
-            plain_loop(export, texts),
-        ]
-    print(
-        f"# uqc serve load: BERT-small-shaped export, {args.requests} one-text requests, "
-        f"{args.concurrency} concurrent clients, {os.cpu_count()} CPU cores (shared with the "
-        "clients)\n"
-    )
-    print("| mode | requests | clients | wall s | req/s | p50 ms | p99 ms | Predictor calls |")
-    print("|---|---|---|---|---|---|---|---|")
-    for result in results:
-        print(result.row())
+        for family in families:
+            t0 = time.perf_counter()
+            export = build_export(root, family)
+            print(f"export {export} ready in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+            bodies = make_bodies(family, args.requests)
+            results = [
+                served(export, bodies, args.concurrency, args.max_batch, args.max_wait_ms),
+                served(export, bodies, args.concurrency, 1, 0),
+                plain_loop(export, bodies),
+                plain_batches(export, bodies, args.max_batch),
+            ]
+            what = "one-text" if family == "bert" else "one-image"
+            print(
+                f"\n# uqc serve load: {FAMILIES[family][0]} export, {args.requests} {what} "
+                f"requests, {args.concurrency} concurrent clients, {os.cpu_count()} CPU cores "
+                f"(shared with the clients), load average {os.getloadavg()[0]:.2f}\n"
+            )
+            print(
+                "| mode | requests | clients | wall s | req/s | p50 ms | p99 ms | Predictor calls |"
+            )
+            print("|---|---|---|---|---|---|---|---|")
+            for result in results:
+                print(result.row())
+            batched, single, loop, ceiling = results
+            p50, p99 = np.percentile(batched.latencies_ms, [50, 99])
+            print(
+                f"\nmicro-batching: {single.wall_s / batched.wall_s:.2f}x the throughput of "
+                f"--max-batch 1; p99 {p99 / p50:.2f}x p50; the model alone: batches of "
+                f"{args.max_batch} {loop.wall_s / ceiling.wall_s:.2f}x one at a time",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -8,11 +8,13 @@ import site
 import subprocess
 import venv
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 
+from tests.conftest import ok
 from uqcompress.export.graph import _outputs
 
 HERE = Path(__file__).parent
@@ -23,21 +25,25 @@ from optimum.onnxruntime import ORTModelForImageClassification, ORTModelForSeque
 from transformers import AutoTokenizer, pipeline
 import transformers
 
-text_dir, image_dir, texts, pixels = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4]
+text_dirs, image_dir = json.loads(sys.argv[1]), sys.argv[2]
+texts, pixels = json.loads(sys.argv[3]), sys.argv[4]
 def softmax(x):
     x = np.asarray(x, dtype=np.float64)
     e = np.exp(x - x.max(-1, keepdims=True))
     return (e / e.sum(-1, keepdims=True)).tolist()
-model = ORTModelForSequenceClassification.from_pretrained(text_dir)
-tokenizer = AutoTokenizer.from_pretrained(text_dir)
-encoded = tokenizer(texts, return_tensors="np", padding=True, truncation=True)
-classify = pipeline("text-classification", model=model, tokenizer=tokenizer)
-top = [r["label"] for r in classify(texts, truncation=True)]  # as any long input needs
+text, top = [], []
+for text_dir in text_dirs:
+    model = ORTModelForSequenceClassification.from_pretrained(text_dir)
+    tokenizer = AutoTokenizer.from_pretrained(text_dir)
+    encoded = tokenizer(texts, return_tensors="np", padding=True, truncation=True)
+    text.append(softmax(model(**encoded).logits))
+    classify = pipeline("text-classification", model=model, tokenizer=tokenizer)
+    top.append([r["label"] for r in classify(texts, truncation=True)])  # as long inputs need
 image_model = ORTModelForImageClassification.from_pretrained(image_dir)
 image_logits = image_model(pixel_values=np.load(pixels)).logits
 print(json.dumps({
     "transformers": transformers.__version__,
-    "text": softmax(model(**encoded).logits),
+    "text": text,
     "top": top,
     "image": softmax(image_logits),
 }))
@@ -91,11 +97,21 @@ def optimum_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_optimum_ortmodel_loads_exports_and_agrees_with_the_predictor(
-    optimum_python: Path, bert_onnx: Path, vit_onnx: Path, tmp_path: Path
+    optimum_python: Path,
+    bert_onnx: Path,
+    vit_onnx: Path,
+    trained_bert_artifact: Path,
+    tmp_path: Path,
+    cli: Any,
 ) -> None:
     from uqcompress.export.runtime import Predictor
 
-    for export in (bert_onnx, vit_onnx):
+    # a Hydra of 2 members too: ORTModel reads its `logits` (log of the members' mean probs)
+    scores = ok(cli("score", trained_bert_artifact, "--method", "random", "--members", "2"))
+    members = ok(cli("prune", scores, "--members", "2"))
+    hydra = Path(ok(cli("export", ok(cli("fuse", members)), "--format", "onnx")))
+    assert Predictor(hydra).members == 2
+    for export in (bert_onnx, hydra, vit_onnx):
         summary = json.loads((export / "manifest.json").read_text())["summary"]
         assert summary["loads_with"].startswith("optimum.onnxruntime.ORTModelFor")
         assert (export / "config.json").is_file()
@@ -108,7 +124,7 @@ def test_optimum_ortmodel_loads_exports_and_agrees_with_the_predictor(
             str(optimum_python),
             "-c",
             CHILD,
-            str(bert_onnx),
+            json.dumps([str(bert_onnx), str(hydra)]),
             str(vit_onnx),
             json.dumps(TEXTS),
             str(tmp_path / "pixels.npy"),
@@ -121,7 +137,9 @@ def test_optimum_ortmodel_loads_exports_and_agrees_with_the_predictor(
     assert proc.returncode == 0, proc.stderr[-3000:]
     child = json.loads(proc.stdout.strip().splitlines()[-1])
     assert child["transformers"].startswith("4.")  # optimum's own transformers, not ours
-    text = Predictor(bert_onnx).predict_texts(TEXTS)
-    np.testing.assert_allclose(child["text"], text.probs, atol=1e-5)
-    assert child["top"] == text.labels
+    for export, probs, top in zip((bert_onnx, hydra), child["text"], child["top"], strict=True):
+        text = Predictor(export).predict_texts(TEXTS)
+        assert np.ptp(text.probs[:, 0]) > 1e-3  # the texts are told apart
+        np.testing.assert_allclose(probs, text.probs, atol=1e-5)
+        assert top == text.labels
     np.testing.assert_allclose(child["image"], image.predict_pixels(pixels).probs, atol=1e-5)

@@ -75,6 +75,54 @@ def test_text_predictor_equals_torch_with_padding(
     assert predictor.labels == ["neg", "pos"] and predictor.members == 1
 
 
+def test_length_buckets_sort_by_length_and_bound_batch_and_padding() -> None:
+    from uqcompress.export.runtime import BUCKET_PADDING, length_buckets
+
+    lengths = [int(n) for n in np.random.default_rng(0).integers(3, 60, size=200)]
+    buckets = length_buckets(lengths, batch_size=16)
+    assert sorted(np.concatenate(buckets).tolist()) == list(range(200))  # each once
+    assert max(len(b) for b in buckets) == 16  # full calls where lengths allow
+    for bucket in buckets:
+        sizes = [lengths[i] for i in bucket]
+        assert max(sizes) * len(sizes) <= BUCKET_PADDING * sum(sizes)
+    assert len(buckets) < 200 / 4  # merging still happens on mixed lengths
+    assert [len(b) for b in length_buckets([5] * 7, batch_size=3)] == [3, 3, 1]
+    assert length_buckets([], batch_size=3) == []
+
+
+def test_texts_share_calls_by_length_and_come_back_in_order(
+    bert_onnx: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 40 texts of mixed lengths, batches of 4: three windows of 32, bucketed by length; the
+    # outputs equal one text per call, in the order given
+    from uqcompress.export.runtime import BUCKET_PADDING
+
+    rng = np.random.default_rng(1)
+    words = " ".join(TEXTS).replace(",", "").replace(":", "").split()
+    texts = [" ".join(rng.choice(words, size=rng.integers(1, 30))) for _ in range(40)]
+    predictor = Predictor(bert_onnx)
+    alone = [predictor.predict_texts([t]) for t in texts]
+    masks: list[np.ndarray] = []
+    real_run = predictor.run
+
+    def recording_run(inputs: dict[str, np.ndarray]) -> Any:
+        masks.append(inputs["attention_mask"])
+        return real_run(inputs)
+
+    monkeypatch.setattr(predictor, "run", recording_run)
+    got = predictor.predict_texts(texts, batch_size=4)
+    assert sum(len(m) for m in masks) == 40 and max(len(m) for m in masks) == 4
+    assert len(masks) < 40 / 2  # merged, not one call per text
+    for mask in masks:
+        assert mask.size <= BUCKET_PADDING * mask.sum()
+    np.testing.assert_allclose(got.probs, np.concatenate([a.probs for a in alone]), atol=1e-5)
+    np.testing.assert_allclose(
+        got.member_logits, np.concatenate([a.member_logits for a in alone]), atol=1e-4
+    )
+    assert got.labels == [a.labels[0] for a in alone]
+    assert np.ptp(got.probs[:, 0]) > 0.1  # the texts differ: a wrong order would show
+
+
 @pytest.mark.parametrize("blank", ["", "  ", "[CLS] [SEP]"])
 def test_text_predictor_refuses_a_text_with_no_real_token(bert_onnx: Path, blank: str) -> None:
     """Issue 26 item 11: the ONNX path refuses what torch `encode` refuses, naming the text by

@@ -67,7 +67,9 @@ def image_predictor(vit_onnx_nodata: Path) -> Predictor:
 
 @pytest.fixture(scope="module")
 def image_server(vit_onnx_nodata: Path, image_predictor: Predictor) -> Iterator[Running]:
-    limits = Limits(max_batch=8, max_wait_ms=20, max_examples=16, max_image_bytes=8192)
+    limits = Limits(
+        max_batch=8, max_wait_ms=20, max_examples=16, max_image_bytes=8192, max_image_pixels=4096
+    )
     with running(create_app(image_predictor, limits, source=vit_onnx_nodata)) as server:
         yield server
 
@@ -307,15 +309,66 @@ def test_image_predictions_equal_the_predictor(
 
 
 def test_bad_images_get_a_4xx_json_error(image_server: Running, image_predictor: Predictor) -> None:
-    size = int(image_predictor.preprocessing["image_size"])
-    wrong = _png(np.zeros((size + 1, size)))
-    _assert_error(_post(image_server, {"images": [wrong]}), 422, f"the model takes {size}x{size}")
+    too_many_pixels = _png(np.zeros((65, 64)))  # 4,160 > the fixture's 4,096
+    _assert_error(_post(image_server, {"images": [too_many_pixels]}), 422, "65 pixels, more than")
     _assert_error(_post(image_server, {"images": ["not base64!"]}), 422, "not valid base64")
     garbage = base64.b64encode(b"no image here").decode()
     _assert_error(_post(image_server, {"images": [garbage]}), 422, "not a readable image file")
     huge = base64.b64encode(b"\x89PNG" + bytes(9000)).decode()
     _assert_error(_post(image_server, {"images": [huge]}), 422, "larger than 8,192 bytes")
     _assert_error(_post(image_server, {"texts": ["good"]}), 422, "this model takes images")
+
+
+def test_images_of_other_sizes_are_resized_as_uqc_predict_resizes_them(
+    image_server: Running, image_predictor: Predictor, tmp_path: Path
+) -> None:
+    # the toolchain's reading of the same files (transformers' ViTImageProcessor, PIL
+    # backend) is the reference: the server must reproduce it without transformers
+    from PIL import Image
+
+    from uqcompress.data.images import read_image
+    from uqcompress.models.preprocessing import ImagePreprocessing
+
+    size = int(image_predictor.preprocessing["image_size"])
+    assert image_predictor.preprocessing["processor"]["image_processor_type"] == (
+        "ViTImageProcessor"
+    )
+    rng = np.random.default_rng(2)
+    files, images = [], []
+    for i, (height, width) in enumerate([(size * 3, size * 2), (5, 11), (size, size)]):
+        path = tmp_path / f"{i}.png"
+        Image.fromarray(rng.integers(0, 256, size=(height, width)).astype(np.uint8)).save(path)
+        files.append(base64.b64encode(path.read_bytes()).decode("ascii"))
+        images.append(read_image(path, "L"))
+    prep = ImagePreprocessing.from_metadata(image_predictor.preprocessing)
+    want = image_predictor.predict_pixels(prep.resize(images))
+    response = _post(image_server, {"images": files})
+    assert response.status_code == 200, response.text
+    assert want.probs.std(axis=0).max() > 1e-4  # the examples are told apart
+    _assert_rows_equal(response.json()["predictions"], want)
+    meta = httpx.get(f"{image_server.url}/metadata", timeout=30).json()
+    assert meta["resizes_images"] is True
+
+
+def test_an_export_whose_processor_crops_takes_only_its_own_size(
+    image_predictor: Predictor,
+) -> None:
+    # a processor this server does not reproduce (a center crop after the resize): images
+    # of the model's size pass, other sizes get a 422 that says what to send
+    from fastapi.testclient import TestClient
+
+    size = int(image_predictor.preprocessing["image_size"])
+    cropping = CountingPredictor(image_predictor)
+    processor = dict(image_predictor.preprocessing["processor"], do_center_crop=True)
+    cropping.preprocessing = dict(image_predictor.preprocessing, processor=processor)
+    with TestClient(create_app(cropping)) as client:
+        assert client.get("/metadata").json()["resizes_images"] is False
+        same = client.post("/predict", json={"images": [_png(np.zeros((size, size)))]})
+        assert same.status_code == 200, same.text
+        other = client.post("/predict", json={"images": [_png(np.zeros((size + 1, size)))]})
+    assert other.status_code == 422
+    assert f"the model takes {size}x{size} images" in other.json()["error"]
+    assert "resize them before sending" in other.json()["error"]
 
 
 CHILD = r"""

@@ -130,6 +130,30 @@ def processor_config_problem(raw: dict[str, Any], num_channels: int) -> str | No
     return None
 
 
+# The processors whose whole work before rescale is a PIL resize to a fixed height x width
+# (`size: {height, width}`, no crop): ViT's, which uqc writes for the models it creates.
+_PLAIN_RESIZE_PROCESSORS = ("ViTImageProcessor", "ViTImageProcessorFast", "ViTImageProcessorPil")
+
+
+def plain_resize(raw: Any, num_channels: int) -> tuple[int, int, int] | None:
+    """`(height, width, resample)` when the processor config `raw` only resizes each image
+    with PIL to a fixed height x width before rescaling (what `ViTImageProcessor` does: PIL's
+    `Image.resize((width, height), resample)`), so code without transformers can reproduce it
+    exactly; None when it resizes by the shortest edge, crops, does not resize, or is another
+    processor (those images must come at the model's size).
+    """
+    if not isinstance(raw, dict) or processor_config_problem(raw, num_channels) is not None:
+        return None
+    if raw.get("image_processor_type", "ViTImageProcessor") not in _PLAIN_RESIZE_PROCESSORS:
+        return None
+    size = raw.get("size")
+    if not raw.get("do_resize", True) or raw.get("do_center_crop", False):
+        return None
+    if not isinstance(size, dict) or not {"height", "width"} <= size.keys():
+        return None
+    return int(size["height"]), int(size["width"]), int(raw.get("resample", BILINEAR))
+
+
 @dataclass(frozen=True)
 class ImagePreprocessing:
     """The model's image processor config and the numbers the Predictor needs from it.

@@ -33,6 +33,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from uqcompress.errors import UqcError
 from uqcompress.export import contract
+from uqcompress.models.preprocessing import plain_resize
 from uqcompress.serve.batching import MicroBatcher, ShuttingDown
 
 TEXTS, PAIRS, IMAGES = "texts", "pairs", "images"
@@ -48,6 +49,7 @@ class Limits:
     max_examples: int = 256  # texts or images per request
     max_text_chars: int = 10_000  # characters per text (and per pair text)
     max_image_bytes: int = 4 * 1024 * 1024  # one image's file, decoded from base64
+    max_image_pixels: int = 25_000_000  # one image's width x height, read from its header
 
 
 class RequestError(Exception):
@@ -188,11 +190,20 @@ def _decode_base64(index: int, item: str, limits: Limits) -> bytes:
     return data
 
 
-def decode_images(files: list[bytes], size: int, channels: int) -> npt.NDArray[np.float32]:
-    """Image files as the Predictor's pixels on the 0..255 scale, each turned into the
-    model's mode as `uqc predict` reads files (EXIF orientation applied; `L` for a grey model,
-    `RGB` for a colour one). They must already be `size` x `size`: resizing is the export's
-    image processor's (transformers'), which this torch-free server does not load.
+def decode_images(
+    files: list[bytes],
+    size: int,
+    channels: int,
+    resize: tuple[int, int, int] | None = None,
+    max_pixels: int = 25_000_000,
+) -> npt.NDArray[np.float32]:
+    """Image files as the Predictor's pixels on the 0..255 scale, read as `uqc predict` reads
+    files: EXIF orientation applied, turned into the model's mode (`L` for a grey model,
+    `RGB` for a colour one), then resized. `resize` is the export's processor resize
+    (`models.preprocessing.plain_resize`: height, width, PIL filter), which PIL reproduces
+    exactly without transformers; None (a processor that crops or resizes by the shortest
+    edge) means images must already be `size` x `size`. Files of more than `max_pixels` are
+    refused from their header, before any pixel is decoded.
 
     Shape: N files -> `[N, C, size, size]` float32.
     """
@@ -209,17 +220,29 @@ def decode_images(files: list[bytes], size: int, channels: int) -> npt.NDArray[n
             with warnings.catch_warnings():
                 warnings.simplefilter("error", Image.DecompressionBombWarning)
                 with Image.open(io.BytesIO(data)) as image:
-                    # checked from the header, before any pixel is decoded
-                    if image.size != (size, size):
-                        width, height = image.size
+                    width, height = image.size  # from the header
+                    if resize is None and image.size != (size, size):
                         raise RequestError(
                             422,
                             f"image {i} is {width}x{height} pixels; the model takes "
-                            f"{size}x{size} images (resize them before sending)",
+                            f"{size}x{size} images and its image processor is not one this "
+                            "server reproduces (resize them before sending)",
+                        )
+                    if width * height > max_pixels:
+                        raise RequestError(
+                            422,
+                            f"image {i} is {width}x{height} pixels, more than "
+                            f"{max_pixels:,}; send it smaller",
                         )
                     image.load()
-                    upright = ImageOps.exif_transpose(image) or image  # square: same size
-                    pixels = np.asarray(to_mode(upright, mode), dtype=np.float32)
+                    upright = to_mode(ImageOps.exif_transpose(image) or image, mode)
+                    if resize is not None:
+                        # as transformers' PIL backend does it (image_transforms.resize)
+                        new_height, new_width, resample = resize
+                        upright = upright.resize(
+                            (new_width, new_height), resample=resample, reducing_gap=None
+                        )
+                    pixels = np.asarray(upright, dtype=np.float32)
         except RequestError:
             raise
         except (UnidentifiedImageError, OSError, ValueError, SyntaxError, Warning) as exc:
@@ -254,6 +277,17 @@ def _rows(prediction: Any, start: int, stop: int) -> list[dict[str, Any]]:
     return rows
 
 
+def server_resize(predictor: Any) -> tuple[int, int, int] | None:
+    """The export's image resize (height, width, PIL filter) when this server can reproduce
+    it without transformers and it makes the graph's size; None: images must come at it."""
+    pre = predictor.preprocessing
+    if predictor.input_kind != "image":
+        return None
+    size = int(pre.get("image_size", 0) or 0)
+    resize = plain_resize(pre.get("processor"), int(pre.get("num_channels", 0) or 0))
+    return resize if resize is not None and resize[:2] == (size, size) else None
+
+
 def metadata(predictor: Any, source: Path | None, limits: Limits) -> dict[str, Any]:
     """The input contract, as the export's ONNX metadata and manifest hold it (no number the
     artifacts do not hold), plus this server's own limits."""
@@ -279,6 +313,8 @@ def metadata(predictor: Any, source: Path | None, limits: Limits) -> dict[str, A
     else:
         info["image_size"] = pre.get("image_size")
         info["num_channels"] = pre.get("num_channels")
+        # whether this server resizes images of other sizes (the processor's PIL resize)
+        info["resizes_images"] = server_resize(predictor) is not None
     if contract.META_QUANTIZATION in meta:
         try:
             info["quantization"] = json.loads(meta[contract.META_QUANTIZATION])
@@ -313,6 +349,7 @@ def create_app(predictor: Any, limits: Limits | None = None, source: Path | None
     info = metadata(predictor, source, limits)
     size = int(predictor.preprocessing.get("image_size", 0) or 0)
     channels = int(predictor.preprocessing.get("num_channels", 0) or 0)
+    resize = server_resize(predictor)
 
     def run_batch(key: Hashable, payloads: list[Any]) -> list[Any]:
         """One Predictor call for the merged requests; each request's rows."""
@@ -383,7 +420,9 @@ def create_app(predictor: Any, limits: Limits | None = None, source: Path | None
             parsed = parse_request(raw, predictor.input_kind, predictor.text_pair, limits)
             payload: tuple[Any, ...]
             if parsed[0] == IMAGES:
-                pixels = await run_in_threadpool(decode_images, parsed[1], size, channels)
+                pixels = await run_in_threadpool(
+                    decode_images, parsed[1], size, channels, resize, limits.max_image_pixels
+                )
                 key, payload, n = IMAGES, (pixels,), len(pixels)
             else:
                 _, texts, pairs = parsed
