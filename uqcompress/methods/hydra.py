@@ -116,8 +116,11 @@ def check_fusable(members: list[LoadedModel], names: list[str]) -> None:
             )
 
 
-def fuse(members: list[LoadedModel]) -> LoadedModel:
-    """The Hydra model of `members` (checked with `check_fusable` first).
+def fuse(members: list[LoadedModel], shared_layers: int = 0) -> LoadedModel:
+    """The Hydra model of `members` (checked with `check_fusable` and, with a trunk,
+    `check_shared_layers` first). With `shared_layers` K the first K blocks are one trunk
+    (`trunk_blocks`: every head some member kept, each averaged over the members that keep
+    it; norms averaged), run once; the members branch after it.
 
     Its tokenizer or image preprocessing is the first member's (pruning never changes it).
     """
@@ -125,7 +128,12 @@ def fuse(members: list[LoadedModel]) -> LoadedModel:
 
     first = members[0]
     parts = [member_parts(m) for m in members]
-    spec = HydraSpec(members=len(members), kept_heads=[kept_heads(m) for m in members])
+    spec = HydraSpec(
+        members=len(members),
+        kept_heads=[kept_heads(m) for m in members],
+        shared_layers=shared_layers,
+    )
+    trunk = trunk_blocks(members, spec)
     config = copy.deepcopy(first.config)
     if hasattr(config, KEPT_HEADS_KEY):
         delattr(config, KEPT_HEADS_KEY)
@@ -142,6 +150,9 @@ def fuse(members: list[LoadedModel]) -> LoadedModel:
             _average_into(layer.mlp_out, [p.mlp_out[index] for p in parts])
             if layer.mlp_gate is not None:
                 _average_into(layer.mlp_gate, [_required(p.mlp_gate[index]) for p in parts])
+            if index < shared_layers:  # a trunk block: one stream, one set of weights
+                _fill_trunk_layer(layer, trunk[index])
+                continue
             _stack_norm(layer.norm_attention, [p.norm_attention[index] for p in parts])
             _stack_norm(layer.norm_mlp, [p.norm_mlp[index] for p in parts])
             attention = [p.attention[index] for p in parts]
@@ -164,11 +175,23 @@ def fuse(members: list[LoadedModel]) -> LoadedModel:
     return first.derived(hydra, config)
 
 
-def shared_weight_members(members: list[LoadedModel]) -> list[LoadedModel]:
-    """Copies of `members` whose embeddings and MLPs are replaced by the member average:
-    exactly the function each Hydra member computes. Equal to `members` when the members
-    were not fine-tuned separately."""
+def shared_weight_members(members: list[LoadedModel], shared_layers: int = 0) -> list[LoadedModel]:
+    """Copies of `members` whose embeddings and MLPs are replaced by the member average and
+    whose first `shared_layers` blocks are the trunk's (`trunk_blocks`, installed as the
+    family's own attention): exactly the function each Hydra member computes. Equal to
+    `members` when the members were not fine-tuned separately and there is no trunk."""
+    from uqcompress.models.surgery import kept_heads
+
+    spec = HydraSpec(
+        members=len(members),
+        kept_heads=[kept_heads(m) for m in members],
+        shared_layers=shared_layers,
+    )
+    trunk = trunk_blocks(members, spec)
     copies = [copy.deepcopy(m) for m in members]
+    for member in copies:
+        for layer, block in enumerate(trunk):
+            _install_trunk_block(member, layer, block)
     parts = [member_parts(m) for m in copies]
     with torch.no_grad():
         shared = copy.deepcopy(parts[0].embeddings)
@@ -208,6 +231,202 @@ def _shared_tensors(parts: list[MemberParts]) -> Iterator[list[torch.Tensor]]:
         for key, value in states[0].items():
             if value.is_floating_point():
                 yield [s[key] for s in states]
+
+
+@dataclass(frozen=True)
+class TrunkBlock:
+    """One shared block's weights: its attention over `heads` (original indices, each head's
+    Q/K/V rows and output columns averaged over the members that keep it; K/V heads over
+    the members that read them) and the members' averaged norms and layer scales."""
+
+    heads: list[int]
+    attention: AttentionParts
+    norm_attention: nn.Module
+    norm_mlp: nn.Module
+    attention_scale: torch.Tensor | None
+    mlp_scale: torch.Tensor | None
+
+
+def check_shared_layers(members: list[LoadedModel], shared_layers: int) -> None:
+    """One clear line when the first `shared_layers` blocks cannot be one trunk: a count
+    outside 0..L-1, or (grouped-query attention) a trunk whose heads read their key/value
+    heads unevenly, which the family's own attention cannot hold."""
+    from uqcompress.models.surgery import kept_heads
+
+    layers = len(kept_heads(members[0]))
+    if not 0 <= shared_layers < layers:
+        raise IncompatibleInputError(
+            f"--shared-layers {shared_layers} is not 0..{layers - 1}: the members have "
+            f"{layers} blocks and must keep at least one of their own",
+            hint=f"pass e.g. --shared-layers {layers // 2}",
+        )
+    spec = HydraSpec(len(members), [kept_heads(m) for m in members], shared_layers)
+    config = members[0].config
+    group = _group_size(config)
+    for layer in range(shared_layers):
+        heads = spec.trunk_heads(layer)
+        if group > 1:
+            readers = {h // group: 0 for h in heads}
+            for h in heads:
+                readers[h // group] += 1
+            if len(set(readers.values())) > 1:
+                raise IncompatibleInputError(
+                    f"block {layer}: the members' heads together ({heads}) read their "
+                    "key/value heads unevenly, so they cannot be one shared block",
+                    hint="share fewer blocks, or prune members by whole key/value groups "
+                    "(uqc prune --unit kv)",
+                )
+
+
+def trunk_blocks(members: list[LoadedModel], spec: HydraSpec) -> list[TrunkBlock]:
+    """The first `spec.shared_layers` blocks as one stream, from the members' own weights."""
+    from uqcompress.models.surgery import _linear
+
+    group = _group_size(members[0].config)
+    blocks = []
+    all_parts = [member_parts(m) for m in members]
+    for layer in range(spec.shared_layers):
+        heads = spec.trunk_heads(layer)
+        kv_heads = sorted({h // group for h in heads})
+        attention = [p.attention[layer] for p in all_parts]
+        d = attention[0].head_dim
+
+        query, key, value, out_columns = [], [], [], []
+        for h in heads:
+            having = [m for m, kept in enumerate(spec.kept_heads) if h in kept[layer]]
+            slots = [spec.kept_heads[m][layer].index(h) for m in having]
+            pairs = list(zip(having, slots, strict=True))
+            query.append(_averaged_rows([_head_rows(attention[m].query, j, d) for m, j in pairs]))
+            columns = [attention[m].output.weight[:, j * d : (j + 1) * d] for m, j in pairs]
+            out_columns.append(_mean(columns))
+        for g in kv_heads:
+            reading = []
+            for m, kept in enumerate(spec.kept_heads):
+                own = sorted({h // group for h in kept[layer]})
+                if g in own:
+                    reading.append((m, own.index(g)))
+            key.append(_averaged_rows([_head_rows(attention[m].key, j, d) for m, j in reading]))
+            value.append(_averaged_rows([_head_rows(attention[m].value, j, d) for m, j in reading]))
+
+        first = attention[0]
+        output = _linear(len(heads) * d, first.output.out_features, first.output.bias is not None)
+        with torch.no_grad():
+            if heads:
+                output.weight.copy_(torch.cat(out_columns, dim=1))
+            if first.output.bias is not None:
+                output.bias.copy_(_mean([_required(a.output.bias) for a in attention]))
+        output = output.to(first.output.weight.device, first.output.weight.dtype)
+        query_norm = key_norm = None
+        if first.query_norm is not None:
+            query_norm = _averaged_module([_required(a.query_norm) for a in attention])
+            key_norm = _averaged_module([_required(a.key_norm) for a in attention])
+        trunk_attention = AttentionParts(
+            query=_linear_of(query, first.query, d),
+            key=_linear_of(key, first.key, d),
+            value=_linear_of(value, first.value, d),
+            output=output,
+            head_dim=d,
+            query_norm=query_norm,
+            key_norm=key_norm,
+        )
+        scales = [p.attention_scale[layer] for p in all_parts]
+        mlp_scales = [p.mlp_scale[layer] for p in all_parts]
+        blocks.append(
+            TrunkBlock(
+                heads=heads,
+                attention=trunk_attention,
+                norm_attention=_averaged_module([p.norm_attention[layer] for p in all_parts]),
+                norm_mlp=_averaged_module([p.norm_mlp[layer] for p in all_parts]),
+                attention_scale=(
+                    None if scales[0] is None else _mean([_required(t) for t in scales])
+                ),
+                mlp_scale=(
+                    None if mlp_scales[0] is None else _mean([_required(t) for t in mlp_scales])
+                ),
+            )
+        )
+    return blocks
+
+
+Rows = tuple[torch.Tensor, torch.Tensor | None]  # one head's weight rows `[d_h, in]`, bias
+
+
+def _head_rows(linear: nn.Linear, slot: int, d: int) -> Rows:
+    """The weight rows (and bias) of head `slot` of a projection."""
+    span = slice(slot * d, (slot + 1) * d)
+    return linear.weight[span], (linear.bias[span] if linear.bias is not None else None)
+
+
+def _averaged_rows(pieces: list[Rows]) -> Rows:
+    """One head's rows averaged over the members that have it (bit-equal when they agree)."""
+    biases = [b for _, b in pieces]
+    bias = None if biases[0] is None else _mean([_required(b) for b in biases])
+    return _mean([w for w, _ in pieces]), bias
+
+
+def _linear_of(pieces: list[Rows], like: nn.Linear, d: int) -> nn.Linear:
+    """A projection made of heads' rows, on `like`'s device and dtype.
+
+    Shape: H pieces of `[d, in]` -> weight `[H d, in]`.
+    """
+    from uqcompress.models.surgery import _linear
+
+    new = _linear(like.in_features, len(pieces) * d, like.bias is not None)
+    with torch.no_grad():
+        if pieces:
+            new.weight.copy_(torch.cat([w for w, _ in pieces]))
+            if like.bias is not None:
+                new.bias.copy_(torch.cat([_required(b) for _, b in pieces]))
+    return new.to(like.weight.device, like.weight.dtype)
+
+
+def _group_size(config: Any) -> int:
+    """Query heads per key/value head in the unpruned model (1 without grouped queries)."""
+    heads = int(config.num_attention_heads)
+    kv = int(getattr(config, "num_key_value_heads", None) or heads)
+    return max(heads // kv, 1)
+
+
+def _averaged_module(modules: list[nn.Module]) -> nn.Module:
+    """A copy of the first module with the members' average in every floating tensor."""
+    mean = copy.deepcopy(modules[0])
+    _average_into(mean, modules)
+    return mean
+
+
+def _fill_trunk_layer(layer: Any, block: TrunkBlock) -> None:
+    """A one-stream HydraLayer (member axis of 1) set to the trunk block's weights."""
+    _stack_norm(layer.norm_attention, [block.norm_attention])
+    _stack_norm(layer.norm_mlp, [block.norm_mlp])
+    _stack_qkv(layer.attention.qkv, [block.attention])
+    if layer.attention.query_norm is not None:
+        _stack_norm(layer.attention.query_norm, [_required(block.attention.query_norm)])
+        _stack_norm(layer.attention.key_norm, [_required(block.attention.key_norm)])
+    _stack_heads(layer.attention.output, [block.attention.output])
+    if layer.scale_attention is not None:
+        _stack_scale(layer.scale_attention, [block.attention_scale])
+        _stack_scale(layer.scale_mlp, [block.mlp_scale])
+
+
+def _install_trunk_block(member: LoadedModel, layer: int, block: TrunkBlock) -> None:
+    """Make `member`'s block `layer` the trunk's, in the family's own modules (the reference
+    the fused trunk must reproduce)."""
+    family = member.family
+    parts = family.block_parts(family.blocks(member.model)[layer], member.config)
+    attention = copy.deepcopy(block.attention)
+    family.set_attention_layer(member.model, layer, attention, len(block.heads))
+    parts = family.block_parts(family.blocks(member.model)[layer], member.config)
+    with torch.no_grad():
+        parts.norm_attention.load_state_dict(block.norm_attention.state_dict())
+        parts.norm_mlp.load_state_dict(block.norm_mlp.state_dict())
+        if parts.attention.query_norm is not None and attention.query_norm is not None:
+            parts.attention.query_norm.load_state_dict(attention.query_norm.state_dict())
+            _required(parts.attention.key_norm).load_state_dict(
+                _required(attention.key_norm).state_dict()
+            )
+        if parts.attention_scale is not None:
+            parts.attention_scale.copy_(_required(block.attention_scale))
+            _required(parts.mlp_scale).copy_(_required(block.mlp_scale))
 
 
 def _average_into(target: nn.Module, sources: list[nn.Module]) -> None:

@@ -1,7 +1,9 @@
 """The fused Hydra network: M pruned members of one classifier in a single forward pass.
 
-Layout (ALGORITHMS.md section 6, option (a)): the members travel folded into the batch,
-member-major, as `[M*B, T, d]`. Embeddings run once and are repeated M times. Per layer:
+Layout: the members travel folded into the batch, member-major, as `[M*B, T, d]`.
+Embeddings run once and are repeated M times (after the trunk, `fuse --shared-layers K`: the
+first K blocks then run once on one stream `[B, T, d]`, with every head some member kept
+there). Per member layer:
 
 - attention projections are grouped fully-connected layers, weights `[M, in, out]` applied with
   one batched `torch.matmul` over the member axis (exported as ONNX `MatMul`, not `Einsum`);
@@ -72,33 +74,58 @@ def hydra_families() -> tuple[str, ...]:
 @dataclass(frozen=True)
 class HydraSpec:
     """What the fused model is made of: M members and, per member and layer, the ORIGINAL
-    indices of the heads it kept (their order is the order of the member's head slots)."""
+    indices of the heads it kept (their order is the order of the member's head slots).
+
+    With `shared_layers` K > 0 the first K blocks are a trunk run once, on one stream, with
+    the union of the members' heads there (`trunk_heads`); the members branch after it.
+    """
 
     members: int
     kept_heads: list[list[list[int]]]  # [M][L] -> head indices
+    shared_layers: int = 0
 
     @property
     def layers(self) -> int:
         return len(self.kept_heads[0])
 
+    def shared(self, layer: int) -> bool:
+        """Whether `layer` is in the trunk (run once for every member)."""
+        return layer < self.shared_layers
+
+    def trunk_heads(self, layer: int) -> list[int]:
+        """The heads of trunk layer `layer`: every head some member kept there, in order."""
+        return sorted({h for member in self.kept_heads for h in member[layer]})
+
     def slots(self, layer: int) -> int:
-        """Head slots in `layer`: the largest member's head count there."""
+        """Head slots in `layer`: the trunk's heads in a shared layer, else the largest
+        member's head count there."""
+        if self.shared(layer):
+            return len(self.trunk_heads(layer))
         return max(len(member[layer]) for member in self.kept_heads)
 
     def padding_ratio(self) -> float:
         """Share of head slots that are zero padding (compute spent on nothing)."""
-        total = sum(self.slots(layer) for layer in range(self.layers)) * self.members
-        used = sum(len(heads) for member in self.kept_heads for heads in member)
+        branched = range(self.shared_layers, self.layers)
+        total = sum(self.slots(layer) for layer in branched) * self.members
+        used = sum(len(member[layer]) for member in self.kept_heads for layer in branched)
         return 0.0 if total == 0 else (total - used) / total
 
     def to_dict(self) -> dict[str, Any]:
-        return {"members": self.members, "kept_heads": self.kept_heads, "aggregation": "mean_probs"}
+        out: dict[str, Any] = {
+            "members": self.members,
+            "kept_heads": self.kept_heads,
+            "aggregation": "mean_probs",
+        }
+        if self.shared_layers:  # absent for K = 0: configs (and ids) as before the trunk
+            out["shared_layers"] = self.shared_layers
+        return out
 
     @classmethod
     def from_config(cls, config: Any) -> HydraSpec:
         raw = getattr(config, HYDRA_KEY)
         kept = [[[int(h) for h in layer] for layer in member] for member in raw["kept_heads"]]
-        return cls(members=int(raw["members"]), kept_heads=kept)
+        shared = int(raw.get("shared_layers", 0))
+        return cls(members=int(raw["members"]), kept_heads=kept, shared_layers=shared)
 
 
 class MemberScale(nn.Module):
@@ -268,8 +295,15 @@ class HydraModel(nn.Module):
         sizes = found.sizes(config)
         members, hidden = self.spec.members, sizes.hidden
         self.embeddings = found.build_embeddings(config)
+        # trunk layers (the first `shared_layers`) are one stream: a "member" axis of 1
         self.layers = nn.ModuleList(
-            HydraLayer(sizes, config_head_dim(config), members, self.spec.slots(layer), found)
+            HydraLayer(
+                sizes,
+                config_head_dim(config),
+                1 if self.spec.shared(layer) else members,
+                self.spec.slots(layer),
+                found,
+            )
             for layer in range(self.spec.layers)
         )
         final_norm = layout.final_norm
@@ -309,12 +343,13 @@ class HydraModel(nn.Module):
 
     def forward(self, **inputs: Any) -> MemberOutput:
         m = self.members
-        embedded, mask = self.family.embed(self.embeddings, inputs)
-        if mask is not None:
-            mask = mask.repeat(m, 1, 1, 1)  # [M*B, 1, 1, T]: the same for every member
-        x = embedded.repeat(m, 1, 1)  # [M*B, T, d], member-major
-        rotary = self.family.rotary_positions(self.config, embedded)  # shared by every layer
-        for layer in self.layers:
+        x, mask = self.family.embed(self.embeddings, inputs)  # [B, T, d]
+        rotary = self.family.rotary_positions(self.config, x)  # shared by every layer
+        for index, layer in enumerate(self.layers):
+            if index == self.spec.shared_layers:  # the members branch off the trunk here
+                if mask is not None:
+                    mask = mask.repeat(m, 1, 1, 1)  # [M*B, 1, 1 or T, T]: the same for each
+                x = x.repeat(m, 1, 1)  # [M*B, T, d], member-major
             x = layer(x, mask, rotary)
         keep = inputs.get("attention_mask")
         first = self.pool(x, keep.repeat(m, 1) if keep is not None else None)
@@ -340,6 +375,7 @@ def _hydra_summary(loaded: Any) -> dict[str, Any]:
         "kept_heads": spec.kept_heads,
         "head_slots_per_layer": [spec.slots(layer) for layer in range(spec.layers)],
         "padding_ratio": round(spec.padding_ratio(), 4),
+        **({"shared_layers": spec.shared_layers} if spec.shared_layers else {}),
     }
 
 

@@ -27,11 +27,23 @@ PADDING_WARNING = 0.25  # ALGORITHMS.md 6.3: warn when this share of head slots 
 
 @dataclass(frozen=True)
 class FuseConfig:
+    shared_layers: int = fields.added(
+        0,
+        help="Run the first K blocks once, shared by every member (a trunk with every head "
+        "some member kept there, each averaged over the members that keep it); the members "
+        "branch after it. 0: every block per member (the paper's Hydra).",
+    )
     device: str = fields.device("cpu")
     threads: int | None = fields.threads()
 
     def validate(self) -> None:
-        fields.problems(self).raise_any()
+        found = fields.problems(self)
+        if self.shared_layers < 0:
+            found.add(
+                f"--shared-layers {self.shared_layers} must be 0 or more",
+                hint="pass --shared-layers 0 (no trunk) or e.g. --shared-layers 6",
+            )
+        found.raise_any()
 
 
 @dataclass(frozen=True)
@@ -60,7 +72,12 @@ def run(
 
     def build(writer: ArtifactWriter) -> None:
         from uqcompress.engine.modality import synthetic_batch
-        from uqcompress.methods.hydra import check_fusable, fuse, mlp_spread
+        from uqcompress.methods.hydra import (
+            check_fusable,
+            check_shared_layers,
+            fuse,
+            mlp_spread,
+        )
         from uqcompress.models.loading import (
             calibration_dropped,
             load_model,
@@ -75,10 +92,12 @@ def run(
             if (dropped := calibration_dropped(each, path)) is not None:
                 writer.warn(dropped)
         check_fusable(loaded, members.names)
-        stderr.print(f"[dim]fusing {len(loaded)} {loaded[0].family.name} members...[/dim]")
-        hydra = fuse(loaded)
+        check_shared_layers(loaded, cfg.shared_layers)
+        trunk = f" on a trunk of {cfg.shared_layers} shared blocks" if cfg.shared_layers else ""
+        stderr.print(f"[dim]fusing {len(loaded)} {loaded[0].family.name} members{trunk}...[/dim]")
+        hydra = fuse(loaded, cfg.shared_layers)
         batch = synthetic_batch(loaded[0], count=CHECK_EXAMPLES)
-        parity = _parity_vs_shared_weights(hydra, loaded, batch)
+        parity = _parity_vs_shared_weights(hydra, loaded, batch, cfg.shared_layers)
         if not parity.passed:
             raise ParityError(
                 f"the fused model differs from its members: {parity.describe()}; nothing written",
@@ -100,14 +119,27 @@ def run(
                 "fusion_exactness_max_logit_diff": worst,
                 "change_vs_members": change,
                 "shared_weight_spread": spread,
-                "exact": spread == 0.0,
+                "exact": spread == 0.0 and not cfg.shared_layers,
             }
         )
+        if cfg.shared_layers:
+            summary["trunk"] = (
+                f"blocks 0..{cfg.shared_layers - 1} run once: every head some member kept "
+                "there, each head's weights and the norms averaged over the members that have "
+                "them (the base's own when the members were not fine-tuned apart)"
+            )
         for key in ("jaccard_per_layer", "jaccard_mean", "select"):
             if key in members.summary:
                 summary[key] = members.summary[key]
         writer.summary.update(summary)
-        if (large := change_too_large(change)) is not None:
+        if (large := change_too_large(change)) is not None and cfg.shared_layers:
+            writer.warn(
+                f"sharing the first {cfg.shared_layers} blocks (every head some member kept "
+                f"there) changed the members' outputs on {change['examples']} check examples: "
+                f"{large}; evaluate the fused model, and fine-tune it (uqc finetune) if it "
+                "lost accuracy or diversity"
+            )
+        elif large is not None:
             message = (
                 f"the members' embeddings and MLPs differ (fine-tuned separately; largest "
                 f"weight difference {spread:.3g}) and the Hydra model uses their average, "
@@ -127,17 +159,20 @@ def run(
     return build_or_reuse(plan, out, force, build)
 
 
-def _parity_vs_shared_weights(hydra: Any, members: list[Any], batch: dict[str, Any]) -> Any:
+def _parity_vs_shared_weights(
+    hydra: Any, members: list[Any], batch: dict[str, Any], shared_layers: int = 0
+) -> Any:
     """The exactness of the fusion: the shared parity check (`export/parity.py`) of the fused
     model against each member run alone with the shared (averaged) embeddings and MLP put
-    in, on the synthetic check batch: all four contract outputs of the ensemble, so drift in
+    in (and the trunk's blocks in the family's own modules, with `shared_layers`), on the
+    synthetic check batch: all four contract outputs of the ensemble, so drift in
     its uncertainty fails too. Says nothing about what averaging did (`change_vs_members`)."""
     import torch
 
     from uqcompress.export.parity import Parity, contract_outputs
     from uqcompress.methods.hydra import shared_weight_members
 
-    reference = shared_weight_members(members)
+    reference = shared_weight_members(members, shared_layers)
     with torch.inference_mode():
         fused = hydra.model(**batch).member_logits  # [B, M, C]
         alone = torch.stack([m.model(**batch).logits for m in reference], dim=1)  # [B, M, C]
