@@ -1,0 +1,209 @@
+"""What does a shared trunk (`uqc fuse --shared-layers K`) buy a Hydra ensemble on CPU? One run.
+
+For each shape of `hydra_cost.py` asked for (`--models`, default BERT-base; random weights,
+the real shapes), M members partition-pruned from the dense model (member m keeps heads
+h % M == m in every layer, as `hydra_cost.py`), side by side in ONNX Runtime (CPU, opset
+18, what `export.graph.graph_for` wraps: member logits, probabilities, entropy, mutual
+information):
+
+- single: the dense model; deep ensemble: it run M times, one pass after another;
+- Hydra with K = 0 (the paper's), L/4, L/2 and 3L/4 shared blocks (`--shared` overrides):
+  the first K blocks run once with every head some member kept (with the partition split:
+  all H heads, the dense model's own block), the members branch after them.
+
+Per configuration: median ONNX Runtime latency per batch (batch 1 and 8, all configurations
+of a batch size interleaved in turns, `hydra_cost.interleaved_medians`), its ratio to the
+single model and to the deep ensemble, and the analytic FLOPs per example (the formula of
+`hydra_cost.py`, with a trunk layer counted once over its heads) with the same ratios. A
+parity column guards against timing a wrong graph: the largest |member logit| difference
+between the fused model and its reference (`methods.hydra.shared_weight_members`: each member
+with the trunk's blocks, run alone in torch), and between ONNX Runtime and torch.
+
+What the trunk does to uncertainty (OOD AUROC, ECE, disagreement) needs trained members on
+real data: `benchmarks/real_text.py` is where to measure it; random weights say nothing there.
+
+    .venv/bin/python benchmarks/hydra_trunk.py [--quick] [--members 3] [--markdown]
+        [--models BERT-base,ViT-B/16] [--shared 0,3,6,9] [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from hydra_cost import interleaved_medians, ort_runner, partition_keep, torch_inputs
+from prune_speed import (
+    BATCHES,
+    OPSET,
+    Table,
+    embedding_macs,
+    environment_line,
+    head_macs,
+    layer_macs,
+    model_names,
+    num_tokens,
+    ort_inputs,
+    ort_session,
+    print_report,
+    pruning_shapes,
+    stderr_logger,
+)
+
+log = stderr_logger("hydra_trunk")
+
+
+def trunk_flops(loaded: Any, tokens: int, members: int, spec: Any) -> int:
+    """FLOPs of one example: a trunk layer once over its heads, a member layer M times over
+    its slots, the embeddings once and M heads (hydra_cost.py's formula otherwise)."""
+    macs = 0
+    for layer in range(spec.layers):
+        streams = 1 if spec.shared(layer) else members
+        macs += streams * layer_macs(loaded, tokens, spec.slots(layer))
+    macs += embedding_macs(loaded) + members * head_macs(loaded)
+    return 2 * macs
+
+
+def measure(shape: Any, args: argparse.Namespace) -> list[list[str]]:
+    import numpy as np
+    import torch
+
+    from uqcompress.export.graph import graph_for
+    from uqcompress.export.onnx import export_graph
+    from uqcompress.methods.hydra import fuse, shared_weight_members
+    from uqcompress.models.head_gates import heads_per_layer
+    from uqcompress.models.outputs import member_logits
+    from uqcompress.models.surgery import prune_heads
+
+    log(f"{shape.name}: building the dense model")
+    dense = shape.build(args.seed)
+    tokens = num_tokens(dense, args.seq_len)
+    heads = int(dense.config.num_attention_heads)
+    layers = int(dense.config.num_hidden_layers)
+    m = args.members
+    shared = args.shared or sorted({0, layers // 4, layers // 2, (3 * layers) // 4})
+    shared = [k for k in shared if 0 <= k < layers]
+    single_flops = 2 * (
+        sum(layer_macs(dense, tokens, h) for h in heads_per_layer(dense))
+        + embedding_macs(dense)
+        + head_macs(dense)
+    )
+    members = []
+    for member in range(m):
+        part = copy.deepcopy(dense)
+        prune_heads(part, partition_keep(heads, layers, m, member))
+        members.append(part)
+    check = torch_inputs(dense, 1, args.seq_len, args.seed)
+    with tempfile.TemporaryDirectory(prefix="hydra_trunk-") as tmp:
+        paths: dict[str, Path] = {"single": Path(tmp) / "single.onnx"}
+        graphs: dict[str, Any] = {"single": graph_for(dense.model, dense.input_kind)}
+        flops = {"single": single_flops, "deep ensemble": m * single_flops}
+        gaps: dict[str, str] = {"single": "-", "deep ensemble": "-"}
+        for k in shared:
+            name = f"Hydra K={k}"
+            log(f"{shape.name}: fusing {name}")
+            hydra = fuse(members, shared_layers=k)
+            with torch.inference_mode():
+                fused = member_logits(hydra.model, check)
+                reference = shared_weight_members(members, shared_layers=k)
+                alone = torch.stack([r.model(**check).logits for r in reference], dim=1)
+            gaps[name] = f"{float((fused - alone).abs().max()):.1e}"
+            graphs[name] = graph_for(hydra.model, hydra.input_kind)
+            paths[name] = Path(tmp) / f"hydra-{k}.onnx"
+            flops[name] = trunk_flops(hydra, tokens, m, hydra.model.spec)
+        for name, graph in graphs.items():
+            log(f"{shape.name}: exporting {name}")
+            export_graph(graph, dense, paths[name], OPSET)
+        sessions = {name: ort_session(path, args.threads) for name, path in paths.items()}
+        order = ["single", "deep ensemble", *(f"Hydra K={k}" for k in shared)]
+        runs = {name: [sessions[name]] for name in sessions}
+        runs["deep ensemble"] = [sessions["single"]] * m
+        latency: dict[str, dict[int, float]] = {name: {} for name in order}
+        for batch in BATCHES:
+            log(f"{shape.name}: ONNX Runtime, batch {batch}, {len(order)} configurations")
+            inputs = ort_inputs(dense, batch, args.seq_len, args.seed)
+            medians = interleaved_medians(
+                [ort_runner(runs[n], inputs) for n in order], args.warmup, args.repeats
+            )
+            for name, seconds in zip(order, medians, strict=True):
+                latency[name][batch] = seconds
+        inputs = ort_inputs(dense, 1, args.seq_len, args.seed)
+        for name in order[2:]:
+            got = sessions[name].run(None, inputs)[0]
+            with torch.inference_mode():
+                want = graphs[name](**{k: torch.from_numpy(v) for k, v in inputs.items()})[0]
+            gaps[name] += f" / {float(np.abs(got - want.numpy()).max()):.1e}"
+    rows = []
+    for name in order:
+        row = [shape.name, f"{name}" + (f" (M={m})" if name != "single" else "")]
+        row.append(f"{flops[name] / 1e9:.2f}")
+        row.append(
+            f"{flops[name] / flops['single']:.2f}x / {flops[name] / flops['deep ensemble']:.2f}x"
+        )
+        for batch in BATCHES:
+            seconds = latency[name][batch]
+            row.append(f"{seconds * 1000:.1f}")
+            ratio_single = seconds / latency["single"][batch]
+            ratio_ensemble = seconds / latency["deep ensemble"][batch]
+            row.append(f"{ratio_single:.2f}x / {ratio_ensemble:.2f}x")
+        row.append(gaps[name])
+        rows.append(row)
+    return rows
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smoke run: 2 layers, 3 repeats")
+    parser.add_argument("--markdown", action="store_true", help="also print a Markdown table")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--repeats", type=int, help="timed runs per latency (default 10, quick 3)")
+    parser.add_argument("--warmup", type=int, help="untimed runs first (default 2, quick 1)")
+    parser.add_argument("--members", type=int, default=3, help="ensemble size M (default 3)")
+    parser.add_argument(
+        "--shared",
+        type=lambda s: [int(k) for k in s.split(",")],
+        help="comma-separated K (default 0, L/4, L/2, 3L/4)",
+    )
+    parser.add_argument("--seq-len", type=int, default=128)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--models", type=model_names, default=model_names("BERT-base"))
+    args = parser.parse_args()
+    if not 2 <= args.members <= 8 or not 1 <= args.threads <= 64:
+        raise SystemExit("--members must be 2..8 and --threads 1..64")
+    args.repeats = args.repeats or (3 if args.quick else 10)
+    args.warmup = args.warmup or (1 if args.quick else 2)
+    if not 1 <= args.repeats <= 1000:
+        raise SystemExit("--repeats must be 1..1000")
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    import torch
+
+    from uqcompress.models.loading import quiet_transformers
+
+    quiet_transformers()
+    torch.set_num_threads(args.threads)
+    start = time.perf_counter()
+    headers = ["model", "configuration", "GFLOPs/example", "FLOPs vs single / DE"]
+    for batch in BATCHES:
+        headers += [f"ORT b{batch} (ms)", f"b{batch} vs single / DE"]
+    headers.append("parity fused / ORT")
+    rows = [
+        row for shape in pruning_shapes(args.quick, args.models) for row in measure(shape, args)
+    ]
+    title = "Hydra with a shared trunk: ONNX Runtime CPU latency and FLOPs"
+    table = Table(title, headers, rows, left=(0, 1))
+    mode = "quick (shapes cut to few layers)" if args.quick else "full"
+    print_report(environment_line(mode, time.perf_counter() - start), [table], args.markdown, "")
+
+
+if __name__ == "__main__":
+    main()
