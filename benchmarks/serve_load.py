@@ -190,8 +190,8 @@ def plain_batches(export: Path, bodies: list[dict[str, list[str]]], batch: int) 
         call()
         latencies.append((time.perf_counter() - t0) * 1000)
     wall = time.perf_counter() - start
-    return Result(f"Predictor, batches of {batch} (no HTTP; ms per call)", len(bodies), 1, wall, latencies,
-                  len(calls))  # fmt: skip
+    mode = f"Predictor, batches of {batch} (no HTTP; ms per call)"
+    return Result(mode, len(bodies), 1, wall, latencies, len(calls))
 
 
 def _free_port() -> int:

@@ -142,9 +142,9 @@ def test_members_fine_tuned_apart_share_the_average_of_their_first_blocks() -> N
 
 def test_shared_layers_outside_the_model_or_uneven_groups_are_refused() -> None:
     _, members = _base_and_members("llama", ALL_HEADS)
-    with pytest.raises(IncompatibleInputError, match="--shared-layers 2 is not 0..1"):
+    with pytest.raises(IncompatibleInputError, match=r"--shared-layers 2 is not 0\.\.1"):
         check_shared_layers(members, 2)
-    with pytest.raises(IncompatibleInputError, match="is not 0..1"):
+    with pytest.raises(IncompatibleInputError, match=r"is not 0\.\.1"):
         check_shared_layers(members, -1)
     # layer 0's union {0, 1, 2} reads key/value head 0 twice and head 1 once
     _, uneven = _base_and_members("llama", [[[0, 1], [0]], [[2], [1]]])
