@@ -5,8 +5,10 @@ BERT-base (2 labels, sequence 128, bert-base-uncased's 30522-token vocabulary), 
 (2 labels, sequence 128, roberta-base's 50265-token vocabulary, a dense + tanh classification
 head), ViT-B/16 (10 labels, 3x224x224, 197 tokens) and DINOv2-small (10 labels, 3x224x224,
 patch 14, 257 tokens; 384 hidden, 6 heads, layer scale, classifier on [CLS ; mean of
-patches]), and for M = 2, 3 and 4 members, three ways to get predictions are measured side by
-side (`--models` picks some of the four by name, comma-separated):
+patches]), and a decoder, Qwen2.5-0.5B (2 labels, sequence 128, 24 layers, hidden 896, 14
+query heads over 2 key/value heads, SwiGLU 4864, its 151,936-token vocabulary; 32,000 in quick
+mode), and for M = 2, 3 and 4 members, three ways to get predictions are measured side by
+side (`--models` picks some of the five by name, comma-separated):
 
 - single: one dense (unpruned) model, seed `--seed`;
 - deep ensemble: that same dense model run M times, one pass after another. Only latency and
@@ -20,7 +22,12 @@ side (`--models` picks some of the four by name, comma-separated):
 - Hydra: `methods.hydra.fuse` of M members pruned from the single model by a partition split,
   member m keeping heads h with h % M == m in every layer (12 heads: M = 2 -> 6 heads each,
   3 -> 4, 4 -> 3; DINOv2-small's 6 heads: M = 2 -> 3, 3 -> 2, 4 -> 2, 2, 1 and 1, the last two
-  padded to 2 slots), run as one fused forward pass.
+  padded to 2 slots), run as one fused forward pass. With grouped-query attention (the
+  decoder) members keep tiers of query heads instead (one query head of every key/value group
+  per tier, `prune --unit query`), g // M tiers each of the g = 7 per group, sharing none (M =
+  3: 4 of 14 heads), and keep both key/value heads; the Hydra row projects each member's own
+  key/value heads once, and a row "Hydra, K/V per query slot" beside it is the layout before
+  that (K/V columns copied for every query slot, `fuse(..., grouped_kv=False)`).
 
 Every configuration runs what `export.graph.graph_for` wraps around its model (member logits,
 probabilities, entropy, mutual information), in torch and, exported at opset 18, in ONNX
@@ -58,9 +65,12 @@ residual adds and DINOv2's mean over patches are elementwise and left out. As in
 sequence length for text and `family.fixed_tokens(config)` for images (N patches plus the
 special tokens), the head from `family.layout`:
 
-    per layer l:  M [4 T D (s_l d)        Q, K, V and O projections of every member
+    per layer l:  M [2 T D (s_l d)        Q and O projections of every member
+                     + 2 T D (k_l d)      K and V: k_l key/value slots (k_l = s_l without
+                                          grouped-query attention)
                      + 2 s_l T^2 d]       scores Q K^T and the attention-weighted sum of V
                 + M 2 T D I               the shared MLP, run on each member's stream
+                                          (3 T D I for a gated SwiGLU MLP)
     embeddings:   once; 0 for text (table lookups), images: patch projection N (C P^2) D
     head:         per member; pooler D^2 where `layout.pooler_activation` is set (BERT's
                   pooler, RoBERTa's classification-head dense), then classifier (w D) C_out,
@@ -136,6 +146,7 @@ MEMORY_BATCH = max(BATCHES)
 NOTE_SHAPE, NOTE_MEMBERS = "ViT-B/16", 3  # the case ALGORITHMS.md 1.5 (3) estimates
 NOTE_VS_SINGLE, NOTE_VS_ENSEMBLE = 2.3, 0.78
 SINGLE, ENSEMBLE, HYDRA = "single", "deep ensemble", "Hydra"
+PER_QUERY = "Hydra, K/V per query slot"  # GQA rows: the layout before grouped K/V
 
 
 @dataclass
@@ -178,6 +189,28 @@ def partition_keep(heads: int, layers: int, members: int, member: int) -> list[l
     return [[h for h in range(heads) if h % members == member] for _ in range(layers)]
 
 
+def member_keeps(base: LoadedModel, members: int) -> list[list[list[int]]]:
+    """What each member keeps: `partition_keep` without grouped-query attention; with it,
+    tiers of query heads (one query head of every key/value group per tier, `prune --unit
+    query`), dealt so that no two members share a head: g // M tiers each of the g per group
+    (Qwen2.5-0.5B, g = 7, M = 3: 2 tiers, 4 of 14 heads)."""
+    from uqcompress.methods.pruning import select_grouped_member_heads
+    from uqcompress.methods.scoring import random_scores
+    from uqcompress.models.head_gates import head_groups
+
+    heads = int(base.config.num_attention_heads)
+    layers = int(base.config.num_hidden_layers)
+    groups = head_groups(base)
+    kv = groups.kv_heads[0]
+    if kv == heads:
+        return [partition_keep(heads, layers, members, m) for m in range(members)]
+    tiers = heads // kv // members
+    if tiers == 0:
+        raise SystemExit(f"M={members} is more members than the {heads // kv} tiers per group")
+    scores = random_scores(len(groups.heads), groups.heads[0], seed=0)
+    return select_grouped_member_heads(scores, groups, members, tiers * kv, "partition")
+
+
 def torch_inputs(loaded: LoadedModel, batch: int, seq_len: int, seed: int) -> dict[str, Any]:
     """`ort_inputs` as torch tensors (the same values)."""
     import torch
@@ -186,41 +219,59 @@ def torch_inputs(loaded: LoadedModel, batch: int, seq_len: int, seed: int) -> di
 
 
 def build_hydra(
-    base: LoadedModel, members: int, check: dict[str, Any]
+    base: LoadedModel, members: int, check: dict[str, Any], grouped_kv: bool = True
 ) -> tuple[LoadedModel, float]:
-    """The Hydra model of `members` partition-pruned copies of `base`, and the largest
-    |member logit| difference between it and the members run one by one on `check`."""
+    """The Hydra model of `members` partition-pruned copies of `base` (`member_keeps`), and
+    the largest |member logit| difference between it and the members run one by one on
+    `check`. `grouped_kv=False`: the per-query K/V layout (`methods.hydra.fuse`)."""
     import torch
 
     from uqcompress.methods.hydra import fuse
     from uqcompress.models.outputs import member_logits
     from uqcompress.models.surgery import prune_heads
 
-    heads = int(base.config.num_attention_heads)
-    layers = int(base.config.num_hidden_layers)
     parts = []
-    for member in range(members):
+    for keep in member_keeps(base, members):
         part = copy.deepcopy(base)
-        prune_heads(part, partition_keep(heads, layers, members, member))
+        prune_heads(part, keep)
         parts.append(part)
-    hydra = fuse(parts)
+    hydra = fuse(parts, grouped_kv=grouped_kv)
     with torch.inference_mode():
         fused = member_logits(hydra.model, check)  # [B, M, C]
         alone = torch.stack([p.model(**check).logits for p in parts], dim=1)
     return hydra, float((fused - alone).abs().max())
 
 
+def decoder_shapes(quick: bool) -> list[Shape]:
+    """The decoder rows: a Qwen2.5-0.5B-shaped classifier (24 layers, hidden 896, 14 query
+    heads over 2 key/value heads, SwiGLU 4864; its 151,936-token vocabulary, 32,000 in quick
+    mode, where 2 layers make the embeddings weigh more than they should)."""
+    layers = {"num_hidden_layers": 2, "vocab_size": 32000} if quick else {}
+    return [Shape("Qwen2.5-0.5B", "qwen2", 2, "base", layers)]
+
+
 # --------------------------------------------------------------------------- FLOPs
 
 
-def ensemble_flops(loaded: LoadedModel, tokens: int, members: int, slots: Sequence[int]) -> int:
+def ensemble_flops(
+    loaded: LoadedModel,
+    tokens: int,
+    members: int,
+    slots: Sequence[int],
+    kv_slots: Sequence[int] | None = None,
+) -> int:
     """FLOPs of one example's forward pass (formula in the module docstring).
 
-    `slots[l]` is the number of head slots each of the `members` streams computes in layer l.
-    Every stream runs a block of `slots[l]` heads and the shared MLP (`prune_speed.layer_macs`)
-    and its own head; the embeddings run once.
+    `slots[l]` is the number of (query) head slots each of the `members` streams computes in
+    layer l, `kv_slots[l]` its key/value head slots (grouped-query attention; default the
+    same). Every stream runs a block of those heads and the shared MLP
+    (`prune_speed.layer_macs`) and its own head; the embeddings run once.
     """
-    macs = members * sum(layer_macs(loaded, tokens, heads) for heads in slots)
+    kv = slots if kv_slots is None else kv_slots
+    macs = members * sum(
+        layer_macs(loaded, tokens, heads, kv_heads)
+        for heads, kv_heads in zip(slots, kv, strict=True)
+    )
     macs += embedding_macs(loaded) + members * head_macs(loaded)
     return 2 * macs
 
@@ -329,7 +380,9 @@ def build_configs(
     tokens = num_tokens(dense, args.seq_len)
     heads = int(dense.config.num_attention_heads)
     graph, path = graph_for(dense.model, dense.input_kind), tmp / "dense.onnx"
-    flops = ensemble_flops(dense, tokens, 1, heads_per_layer(dense))
+    kv_heads = int(getattr(dense.config, "num_key_value_heads", None) or heads)
+    per_layer = heads_per_layer(dense)
+    flops = ensemble_flops(dense, tokens, 1, per_layer, [kv_heads] * len(per_layer))
     params = dense.num_parameters()
     configs = [Config(SINGLE, 1, heads, params, flops, [graph], [path])]
     check = torch_inputs(dense, 1, args.seq_len, args.seed)
@@ -345,22 +398,25 @@ def build_configs(
             [path] * members,
         )
         configs.append(ensemble)
-        log(f"{shape.name}: fusing Hydra M={members}")
-        hydra, gap = build_hydra(dense, members, check)
-        spec = HydraSpec.from_config(hydra.config)
-        slots = [spec.slots(layer) for layer in range(spec.layers)]
-        configs.append(
-            Config(
-                HYDRA,
-                members,
-                max(slots),
-                hydra.num_parameters(),
-                ensemble_flops(hydra, tokens, members, slots),
-                [graph_for(hydra.model, hydra.input_kind)],
-                [tmp / f"hydra-{members}.onnx"],
-                fusion_gap=gap,
+        layouts = [(HYDRA, True)] + ([(PER_QUERY, False)] if kv_heads < heads else [])
+        for kind, grouped in layouts:
+            log(f"{shape.name}: fusing {kind} M={members}")
+            hydra, gap = build_hydra(dense, members, check, grouped_kv=grouped)
+            spec = HydraSpec.from_config(hydra.config)
+            slots = [spec.slots(layer) for layer in range(spec.layers)]
+            kv_slots = [spec.kv_slots(layer) for layer in range(spec.layers)]
+            configs.append(
+                Config(
+                    kind,
+                    members,
+                    max(slots),
+                    hydra.num_parameters(),
+                    ensemble_flops(hydra, tokens, members, slots, kv_slots),
+                    [graph_for(hydra.model, hydra.input_kind)],
+                    [tmp / f"hydra-{members}{'' if grouped else '-per-query'}.onnx"],
+                    fusion_gap=gap,
+                )
             )
-        )
     return dense, configs
 
 
@@ -503,6 +559,12 @@ def ratio_table(rows: Sequence[CostRow], args: argparse.Namespace) -> Table:
                 ("Hydra / single", hydra, single),
                 ("Hydra / deep ensemble", hydra, ensemble),
             ]
+            per_query = [
+                r for r in rows if (r.model, r.kind, r.members) == (model, PER_QUERY, members)
+            ]
+            if per_query:  # grouped-query attention: the older layout beside the grouped one
+                pairs.append(("K/V per query slot / deep ensemble", per_query[0], ensemble))
+                pairs.append(("Hydra / K/V per query slot", hydra, per_query[0]))
             for label, top, bottom in pairs:
                 values = [top.params / bottom.params, top.flops / bottom.flops]
                 values += [top.torch_latency[b] / bottom.torch_latency[b] for b in BATCHES]
@@ -566,7 +628,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--models",
         type=model_names,
-        help="comma-separated models (default all: BERT-base,RoBERTa-base,ViT-B/16,DINOv2-small)",
+        help="comma-separated models (default all: BERT-base,RoBERTa-base,ViT-B/16,"
+        "DINOv2-small,Qwen2.5-0.5B)",
     )
     # Internal: one peak-memory measurement in a fresh process (see `memory_probe`).
     parser.add_argument("--probe-inputs", type=Path, help=argparse.SUPPRESS)
@@ -599,7 +662,7 @@ def main() -> None:
     quiet_transformers()
     torch.set_num_threads(args.threads)
     start = time.perf_counter()
-    shapes = pruning_shapes(args.quick, args.models)
+    shapes = pruning_shapes(args.quick, args.models, decoder_shapes(args.quick))
     rows = [row for shape in shapes for row in measure_model(shape, args)]
     tables = [cost_table(rows, args), ratio_table(rows, args)]
     note = estimate_note(rows)

@@ -133,8 +133,11 @@ class ScoreRow:
 # --------------------------------------------------------------------------- shapes
 
 
-def pruning_shapes(quick: bool, names: Sequence[str] | None = None) -> list[Shape]:
-    """The benchmarked models, in table order; with `names`, only those (in that order)."""
+def pruning_shapes(
+    quick: bool, names: Sequence[str] | None = None, extra: Sequence[Shape] = ()
+) -> list[Shape]:
+    """The benchmarked models, in table order (`extra` after the four encoders); with
+    `names`, only those (in that order)."""
     # Quick keeps the base widths (so per-layer FLOPs ratios are the real ones) but 2 layers.
     layers = {"num_hidden_layers": 2} if quick else {}
     shapes = [
@@ -142,6 +145,7 @@ def pruning_shapes(quick: bool, names: Sequence[str] | None = None) -> list[Shap
         Shape("RoBERTa-base", "roberta", 2, "base", {"vocab_size": ROBERTA_VOCAB, **layers}),
         Shape("ViT-B/16", "vit", 10, "base", dict(layers)),
         Shape("DINOv2-small", "dinov2", 10, "small", dict(layers)),
+        *extra,
     ]
     if not names:
         return shapes
@@ -184,12 +188,15 @@ def block_widths(loaded: LoadedModel) -> tuple[int, int, int]:
     return int(sizes.hidden), int(sizes.intermediate), head_dim(loaded)
 
 
-def layer_macs(loaded: LoadedModel, tokens: int, heads: int) -> int:
-    """Multiply-adds of one block with `heads` heads on one example of `tokens` tokens."""
+def layer_macs(loaded: LoadedModel, tokens: int, heads: int, kv_heads: int | None = None) -> int:
+    """Multiply-adds of one block with `heads` query heads reading `kv_heads` key/value heads
+    (grouped-query attention; default `heads`) on one example of `tokens` tokens."""
     hidden, inner, d_head = block_widths(loaded)
-    macs = 4 * tokens * hidden * heads * d_head  # Q, K, V, O projections
+    kv = heads if kv_heads is None else kv_heads
+    macs = 2 * tokens * hidden * (heads + kv) * d_head  # Q and O, K and V projections
     macs += 2 * heads * tokens * tokens * d_head  # Q K^T and probs @ V
-    macs += 2 * tokens * hidden * inner  # MLP up and down
+    gated = loaded.family.sizes(loaded.config).gated_mlp  # SwiGLU: gate, up and down
+    macs += (3 if gated else 2) * tokens * hidden * inner
     return macs
 
 

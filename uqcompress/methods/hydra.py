@@ -21,8 +21,10 @@ from uqcompress.errors import IncompatibleInputError
 from uqcompress.models.families import AttentionParts
 from uqcompress.models.hydra_model import (
     HYDRA_KEY,
+    FusedAttention,
     HydraModel,
     HydraSpec,
+    base_group_size,
     hydra_families,
     hydra_refusal,
 )
@@ -116,11 +118,17 @@ def check_fusable(members: list[LoadedModel], names: list[str]) -> None:
             )
 
 
-def fuse(members: list[LoadedModel], shared_layers: int = 0) -> LoadedModel:
+def fuse(
+    members: list[LoadedModel], shared_layers: int = 0, grouped_kv: bool = True
+) -> LoadedModel:
     """The Hydra model of `members` (checked with `check_fusable` and, with a trunk,
     `check_shared_layers` first). With `shared_layers` K the first K blocks are one trunk
     (`trunk_blocks`: every head some member kept, each averaged over the members that keep
     it; norms averaged), run once; the members branch after it.
+
+    With grouped-query attention each member keeps its own key/value heads
+    (`HydraSpec.kv_group`); `grouped_kv=False` builds the older layout instead, one K/V copy
+    per query slot (what models fused before it hold; benchmarks compare the two).
 
     Its tokenizer or image preprocessing is the first member's (pruning never changes it).
     """
@@ -132,6 +140,7 @@ def fuse(members: list[LoadedModel], shared_layers: int = 0) -> LoadedModel:
         members=len(members),
         kept_heads=[kept_heads(m) for m in members],
         shared_layers=shared_layers,
+        group=base_group_size(first.config) if grouped_kv else 1,
     )
     trunk = trunk_blocks(members, spec)
     config = copy.deepcopy(first.config)
@@ -156,13 +165,13 @@ def fuse(members: list[LoadedModel], shared_layers: int = 0) -> LoadedModel:
             _stack_norm(layer.norm_attention, [p.norm_attention[index] for p in parts])
             _stack_norm(layer.norm_mlp, [p.norm_mlp[index] for p in parts])
             attention = [p.attention[index] for p in parts]
-            _stack_qkv(layer.attention.qkv, attention)
+            _stack_qkv(layer.attention, attention)
             if layer.attention.query_norm is not None:
                 _stack_norm(
                     layer.attention.query_norm, [_required(a.query_norm) for a in attention]
                 )
                 _stack_norm(layer.attention.key_norm, [_required(a.key_norm) for a in attention])
-            _stack_heads(layer.attention.output, [a.output for a in attention])
+            _stack_output(layer.attention, attention)
             if layer.scale_attention is not None:
                 _stack_scale(layer.scale_attention, [p.attention_scale[index] for p in parts])
                 _stack_scale(layer.scale_mlp, [p.mlp_scale[index] for p in parts])
@@ -262,7 +271,7 @@ def check_shared_layers(members: list[LoadedModel], shared_layers: int) -> None:
         )
     spec = HydraSpec(len(members), [kept_heads(m) for m in members], shared_layers)
     config = members[0].config
-    group = _group_size(config)
+    group = base_group_size(config)
     for layer in range(shared_layers):
         heads = spec.trunk_heads(layer)
         if group > 1:
@@ -282,7 +291,7 @@ def trunk_blocks(members: list[LoadedModel], spec: HydraSpec) -> list[TrunkBlock
     """The first `spec.shared_layers` blocks as one stream, from the members' own weights."""
     from uqcompress.models.surgery import _linear
 
-    group = _group_size(members[0].config)
+    group = base_group_size(members[0].config)
     blocks = []
     all_parts = [member_parts(m) for m in members]
     for layer in range(spec.shared_layers):
@@ -380,13 +389,6 @@ def _linear_of(pieces: list[Rows], like: nn.Linear, d: int) -> nn.Linear:
     return new.to(like.weight.device, like.weight.dtype)
 
 
-def _group_size(config: Any) -> int:
-    """Query heads per key/value head in the unpruned model (1 without grouped queries)."""
-    heads = int(config.num_attention_heads)
-    kv = int(getattr(config, "num_key_value_heads", None) or heads)
-    return max(heads // kv, 1)
-
-
 def _averaged_module(modules: list[nn.Module]) -> nn.Module:
     """A copy of the first module with the members' average in every floating tensor."""
     mean = copy.deepcopy(modules[0])
@@ -398,11 +400,11 @@ def _fill_trunk_layer(layer: Any, block: TrunkBlock) -> None:
     """A one-stream HydraLayer (member axis of 1) set to the trunk block's weights."""
     _stack_norm(layer.norm_attention, [block.norm_attention])
     _stack_norm(layer.norm_mlp, [block.norm_mlp])
-    _stack_qkv(layer.attention.qkv, [block.attention])
+    _stack_qkv(layer.attention, [block.attention])
     if layer.attention.query_norm is not None:
         _stack_norm(layer.attention.query_norm, [_required(block.attention.query_norm)])
         _stack_norm(layer.attention.key_norm, [_required(block.attention.key_norm)])
-    _stack_heads(layer.attention.output, [block.attention.output])
+    _stack_output(layer.attention, [block.attention])
     if layer.scale_attention is not None:
         _stack_scale(layer.scale_attention, [block.attention_scale])
         _stack_scale(layer.scale_mlp, [block.mlp_scale])
@@ -476,24 +478,70 @@ def _stack_heads(target: Any, linears: list[nn.Linear]) -> None:
             target.bias[m, 0, : linear.bias.shape[0]] = linear.bias
 
 
-def _stack_qkv(target: Any, attention: list[AttentionParts]) -> None:
-    """Shape: per member Q weights `[k_m d_h, d]` and K, V weights `[g_m d_h, d]` -> target
-    `[M, d, 3 * slots d_h]`, laid out [Q | K | V], each block zero-padded from k_m d_h to
-    slots d_h columns. With grouped key/value heads, query slot j's K and V columns are those
-    of the key/value head it reads (j // group size): K/V are laid out per query head."""
-    width = target.weight.shape[-1] // 3
+def _query_slots(parts: AttentionParts, group: int) -> torch.Tensor:
+    """The layer's query slot of each of a member's query heads: head j, reading key/value
+    head j // g_m, sits in slot (j // g_m) * group + j % g_m of the grouped layout (group > 1,
+    `HydraSpec.kv_group`); in slot j otherwise."""
+    heads = torch.arange(parts.heads)
+    if group <= 1:
+        return heads
+    own = max(parts.group_size, 1)
+    return (heads // own) * group + heads % own
+
+
+def _slot_columns(slots: torch.Tensor, d: int) -> torch.Tensor:
+    """Shape: head slots `[k]` -> their feature columns `[k d]` (d_h per slot)."""
+    return (slots[:, None] * d + torch.arange(d)).reshape(-1)
+
+
+def _stack_qkv(fused: FusedAttention, attention: list[AttentionParts]) -> None:
+    """Shape: per member Q weights `[k_m d_h, d]` and K, V weights `[g_m d_h, d]` -> the
+    fused `qkv` weight `[M, d, (S + 2 S_kv) d_h]`, laid out [Q | K | V] with S query and
+    S_kv = S / group key/value slots (`fused.split`), zero where a member has no head.
+
+    Grouped (group > 1): Q rows go to their `_query_slots`, a member's key/value head s to
+    K/V slot s. Otherwise (group 1), a member with grouped queries gets, in the K/V columns
+    of query slot j, a copy of the key/value head that query head j reads (j // g_m)."""
+    target, (q_width, kv_width, _) = fused.qkv, fused.split
+    group = fused.slots // max(fused.kv_slots, 1)
     target.weight.zero_()
     target.bias.zero_()
     for m, parts in enumerate(attention):
-        d, group = parts.head_dim, max(parts.group_size, 1)
-        rows = torch.arange(parts.heads * d)
-        per_query = (rows // d // group) * d + rows % d  # K/V row read by each Q row
-        for block, linear in enumerate((parts.query, parts.key, parts.value)):
-            index = rows if block == 0 else per_query
-            start = block * width
-            target.weight[m, :, start : start + len(index)] = linear.weight[index].t()
+        d = parts.head_dim
+        q_columns = _slot_columns(_query_slots(parts, group), d)
+        kv_rows = torch.arange(parts.kv_heads * d)
+        if group > 1:
+            kv_columns = kv_rows
+        else:  # per query slot: slot j holds key/value head j // g_m
+            rows = torch.arange(parts.heads * d)
+            own = max(parts.group_size, 1)
+            kv_rows = (rows // d // own) * d + rows % d
+            kv_columns = rows
+        placed = (
+            (parts.query, torch.arange(parts.heads * d), q_columns),
+            (parts.key, kv_rows, q_width + kv_columns),
+            (parts.value, kv_rows, q_width + kv_width + kv_columns),
+        )
+        for linear, rows_read, columns in placed:
+            target.weight[m, :, columns] = linear.weight[rows_read].t()
             if linear.bias is not None:
-                target.bias[m, 0, start : start + len(index)] = linear.bias[index]
+                target.bias[m, 0, columns] = linear.bias[rows_read]
+
+
+def _stack_output(fused: FusedAttention, attention: list[AttentionParts]) -> None:
+    """The attention output projections into the fused `output` `[M, S d_h, d]`: member
+    m's input rows (one d_h block per query head) land in its `_query_slots`, zero elsewhere.
+
+    Shape: member m's weight `[d, k_m d_h]` -> `output.weight[m, slot rows, :]`.
+    """
+    target, group = fused.output, fused.slots // max(fused.kv_slots, 1)
+    target.weight.zero_()
+    target.bias.zero_()
+    for m, parts in enumerate(attention):
+        rows = _slot_columns(_query_slots(parts, group), parts.head_dim)
+        target.weight[m, rows, :] = parts.output.weight.t()
+        if parts.output.bias is not None:
+            target.bias[m, 0, :] = parts.output.bias
 
 
 def _required(module: Any) -> Any:

@@ -83,6 +83,10 @@ class HydraSpec:
     members: int
     kept_heads: list[list[list[int]]]  # [M][L] -> head indices
     shared_layers: int = 0
+    # Query heads per key/value head in the base model when K/V are laid out per key/value
+    # head (grouped-query attention, `kv_layout: grouped`); 1: one K/V copy per query slot,
+    # the layout of models fused before the grouped layout existed (and of non-GQA models).
+    group: int = 1
 
     @property
     def layers(self) -> int:
@@ -95,6 +99,40 @@ class HydraSpec:
     def trunk_heads(self, layer: int) -> list[int]:
         """The heads of trunk layer `layer`: every head some member kept there, in order."""
         return sorted({h for member in self.kept_heads for h in member[layer]})
+
+    def layer_heads(self, layer: int) -> list[list[int]]:
+        """The head lists of `layer`'s streams: the trunk's alone, or each member's."""
+        if self.shared(layer):
+            return [self.trunk_heads(layer)]
+        return [member[layer] for member in self.kept_heads]
+
+    def kv_group(self, layer: int) -> int:
+        """Query slots per key/value slot in `layer`.
+
+        Grouped (> 1) when every stream reads its key/value heads evenly and the layout
+        costs no extra query slot: stream m keeps `kv_m` key/value heads read by `g_m` query
+        heads each, and the layer's `max kv_m` x `max g_m` equals its widest stream (always
+        so after `prune --unit kv` or `--unit query`). Then K/V are projected once per
+        key/value head and a query slot reads its group's by index (`enable_gqa`). Otherwise
+        1: K/V columns are copied per query slot (exact, at Q's cost)."""
+        if self.group <= 1:
+            return 1
+        streams = [heads for heads in self.layer_heads(layer) if heads]
+        if not streams:
+            return 1
+        kv_counts = [len({h // self.group for h in heads}) for heads in streams]
+        groups = [len(heads) // kv for heads, kv in zip(streams, kv_counts, strict=True)]
+        uneven = any(
+            len(heads) != kv * g for heads, kv, g in zip(streams, kv_counts, groups, strict=True)
+        )
+        widest = max(len(heads) for heads in streams)
+        if uneven or max(kv_counts) * max(groups) != widest:
+            return 1
+        return max(groups)
+
+    def kv_slots(self, layer: int) -> int:
+        """Key/value head slots in `layer` (its query slots over `kv_group`)."""
+        return self.slots(layer) // self.kv_group(layer)
 
     def slots(self, layer: int) -> int:
         """Head slots in `layer`: the trunk's heads in a shared layer, else the largest
@@ -118,6 +156,8 @@ class HydraSpec:
         }
         if self.shared_layers:  # absent for K = 0: configs (and ids) as before the trunk
             out["shared_layers"] = self.shared_layers
+        if self.group > 1:  # absent without GQA: configs (and ids) as before
+            out["kv_layout"] = "grouped"
         return out
 
     @classmethod
@@ -125,7 +165,16 @@ class HydraSpec:
         raw = getattr(config, HYDRA_KEY)
         kept = [[[int(h) for h in layer] for layer in member] for member in raw["kept_heads"]]
         shared = int(raw.get("shared_layers", 0))
-        return cls(members=int(raw["members"]), kept_heads=kept, shared_layers=shared)
+        group = base_group_size(config) if raw.get("kv_layout") == "grouped" else 1
+        return cls(int(raw["members"]), kept, shared_layers=shared, group=group)
+
+
+def base_group_size(config: Any) -> int:
+    """Query heads per key/value head in the unpruned model (1 without grouped queries);
+    pruned configs keep the base's head counts."""
+    heads = int(config.num_attention_heads)
+    kv = int(getattr(config, "num_key_value_heads", None) or heads)
+    return max(heads // kv, 1)
 
 
 class MemberScale(nn.Module):
@@ -151,11 +200,13 @@ NormBuilder = Callable[[int], nn.Module]
 class FusedAttention(nn.Module):
     """Every member's heads in one attention call, members never mixed.
 
-    Grouped key/value heads (GQA) are laid out per query head: the K and V columns of a query
-    slot are those of the key/value head it reads, so one attention call covers members with
-    different groupings (exact; K/V projections cost as much as Q's).
+    Grouped key/value heads (GQA), `group` > 1 (`HydraSpec.kv_group`): each member keeps its
+    own key/value heads, `slots / group` K/V slots, and query slot `s * group + p` reads K/V
+    slot `s` (SDPA's `enable_gqa`; ONNX: an Expand of K/V activations, no projection
+    FLOPs). `group` 1: one K/V slot per query slot (without GQA, or members grouped unevenly:
+    a query slot's K/V columns are then a copy of those of the key/value head it reads).
 
-    Shape: x `[M*B, T, d]`, additive mask `[M*B, 1, 1 or T, T]` or None, rotary cos/sin
+    Shape: x `[M*B, T, d]`, additive mask `[B, 1, 1 or T, T]` or None, rotary cos/sin
     `[1, T, d_h]` or None -> `[M*B, T, d]`.
     """
 
@@ -167,12 +218,15 @@ class FusedAttention(nn.Module):
         head_dim: int,
         dropout: float,
         qk_norm: NormBuilder | None = None,
+        group: int = 1,
     ) -> None:
         super().__init__()
         self.slots, self.head_dim, self.dropout = slots, head_dim, dropout
-        width = slots * head_dim
-        # Q, K and V of every member in one grouped GEMM: columns [Q | K | V], each `width`.
-        self.qkv = GroupedLinear(members, hidden, 3 * width)
+        self.kv_slots = slots // group
+        width, kv_width = slots * head_dim, self.kv_slots * head_dim
+        # Q, K and V of every member in one grouped GEMM: columns [Q | K | V].
+        self.split = (width, kv_width, kv_width)
+        self.qkv = GroupedLinear(members, hidden, width + 2 * kv_width)
         self.output = GroupedLinear(members, width, hidden)
         # Per-head norms over head_dim on queries and keys (Qwen3), per member.
         self.query_norm = qk_norm(head_dim) if qk_norm else None
@@ -190,11 +244,24 @@ class FusedAttention(nn.Module):
             grouped = torch.zeros_like(x).reshape(self.output.members, -1, x.shape[-1])
             return (grouped + self.output.bias).reshape(x.shape)
         rows, length, _ = x.shape
-        qkv = self.qkv(x).reshape(rows, length, 3, self.slots, self.head_dim)
-        query, key, value = qkv.unbind(2)  # each [M*B, T, slots, d_h]
+        members = self.output.members
+        query, key, value = self.qkv(x).split(self.split, dim=-1)
+        query = query.reshape(rows, length, self.slots, self.head_dim)
+        key = key.reshape(rows, length, self.kv_slots, self.head_dim)
+        value = value.reshape(rows, length, self.kv_slots, self.head_dim)
         if self.query_norm is not None and self.key_norm is not None:
             query, key = self.query_norm(query), self.key_norm(key)
-        query, key, value = (t.transpose(1, 2) for t in (query, key, value))
+        # [M*B, T, heads, d_h] -> [B, M*heads, T, d_h]: the members' heads side by side on the
+        # head axis, so the batch's one mask [B, 1, 1 or T, T] broadcasts over them (not copied
+        # M times). Under GQA query head m*S + s*g + p reads K/V head m*S_kv + s: its own
+        # member's, as SDPA maps query head h to K/V head h // g.
+        batch = rows // members
+        query, key, value = (
+            t.reshape(members, batch, length, -1, self.head_dim)
+            .permute(1, 0, 3, 2, 4)
+            .reshape(batch, -1, length, self.head_dim)
+            for t in (query, key, value)
+        )
         if rotary is not None:
             query, key = rotate(query, *rotary), rotate(key, *rotary)
         attended = F.scaled_dot_product_attention(
@@ -203,8 +270,13 @@ class FusedAttention(nn.Module):
             value,
             attn_mask=mask,
             dropout_p=self.dropout if self.training else 0.0,
+            enable_gqa=self.kv_slots != self.slots,
+        )  # [B, M*S, T, d_h]
+        merged = (
+            attended.reshape(batch, members, self.slots, length, self.head_dim)
+            .permute(1, 0, 3, 2, 4)
+            .reshape(rows, length, self.slots * self.head_dim)
         )
-        merged = attended.transpose(1, 2).reshape(rows, length, self.slots * self.head_dim)
         return self.output(merged)
 
 
@@ -217,18 +289,25 @@ class HydraLayer(nn.Module):
     """
 
     def __init__(
-        self, sizes: BlockSizes, head_dim: int, members: int, slots: int, family: Family
+        self,
+        sizes: BlockSizes,
+        head_dim: int,
+        members: int,
+        slots: int,
+        family: Family,
+        group: int = 1,
     ) -> None:
         super().__init__()
         hidden, eps, layout = sizes.hidden, sizes.norm_eps, family.layout
         self.pre_norm = layout.norm_order == "pre"
+        self.members = members
 
         def norm(width: int) -> nn.Module:
             return family.member_norm(members, width, eps)
 
         qk_norm = norm if layout.qk_norm else None
         self.attention = FusedAttention(
-            members, hidden, slots, head_dim, sizes.attention_dropout, qk_norm
+            members, hidden, slots, head_dim, sizes.attention_dropout, qk_norm, group
         )
         self.norm_attention = norm(hidden)
         self.norm_mlp = norm(hidden)
@@ -241,11 +320,22 @@ class HydraLayer(nn.Module):
         self.scale_attention = MemberScale(members, hidden) if layout.layer_scale else None
         self.scale_mlp = MemberScale(members, hidden) if layout.layer_scale else None
 
-    def mlp(self, x: torch.Tensor) -> torch.Tensor:
+    def dense_mlp(self, x: torch.Tensor) -> torch.Tensor:
+        """The shared MLP on any rows. Shape: `[..., d]` -> `[..., d]`."""
         if self.mlp_gate is not None:  # gated (SwiGLU): down(act(gate(x)) * up(x))
-            out = self.mlp_out(self.activation(self.mlp_gate(x)) * self.mlp_in(x))
+            return self.mlp_out(self.activation(self.mlp_gate(x)) * self.mlp_in(x))
+        return self.mlp_out(self.activation(self.mlp_in(x)))
+
+    def mlp(self, x: torch.Tensor) -> torch.Tensor:
+        # One GEMM per member stream, not one over all M*B*T rows: the same arithmetic, but
+        # ONNX Runtime's CPU GEMM slows down per row once the activations outgrow the caches
+        # (measured: [3072, 896] x [896, 4864] takes 3.3x the time of [1024, 896], not 3x);
+        # at batch 1 the two cost the same.
+        if self.members > 1:
+            streams = x.reshape(self.members, -1, *x.shape[1:]).unbind(0)
+            out = torch.cat([self.dense_mlp(stream) for stream in streams], dim=0)
         else:
-            out = self.mlp_out(self.activation(self.mlp_in(x)))
+            out = self.dense_mlp(x)
         if self.scale_mlp is not None:
             out = self.scale_mlp(out)
         return self.dropout(out)
@@ -303,6 +393,7 @@ class HydraModel(nn.Module):
                 1 if self.spec.shared(layer) else members,
                 self.spec.slots(layer),
                 found,
+                self.spec.kv_group(layer),
             )
             for layer in range(self.spec.layers)
         )
@@ -347,9 +438,7 @@ class HydraModel(nn.Module):
         rotary = self.family.rotary_positions(self.config, x)  # shared by every layer
         for index, layer in enumerate(self.layers):
             if index == self.spec.shared_layers:  # the members branch off the trunk here
-                if mask is not None:
-                    mask = mask.repeat(m, 1, 1, 1)  # [M*B, 1, 1 or T, T]: the same for each
-                x = x.repeat(m, 1, 1)  # [M*B, T, d], member-major
+                x = x.repeat(m, 1, 1)  # [M*B, T, d], member-major (the mask stays [B, ...])
             x = layer(x, mask, rotary)
         keep = inputs.get("attention_mask")
         first = self.pool(x, keep.repeat(m, 1) if keep is not None else None)
@@ -374,6 +463,11 @@ def _hydra_summary(loaded: Any) -> dict[str, Any]:
         "method": "hydra",
         "kept_heads": spec.kept_heads,
         "head_slots_per_layer": [spec.slots(layer) for layer in range(spec.layers)],
+        **(
+            {"kv_slots_per_layer": [spec.kv_slots(layer) for layer in range(spec.layers)]}
+            if spec.group > 1
+            else {}
+        ),
         "padding_ratio": round(spec.padding_ratio(), 4),
         **({"shared_layers": spec.shared_layers} if spec.shared_layers else {}),
     }
