@@ -8,7 +8,8 @@ runs each at batch 1 and 8 with ONNX Runtime profiling on, and prints, side by s
 
 - kernel time per op type (ms per forward pass, summed over the graph's nodes), dense,
   pruned and their ratio;
-- the MatMul nodes grouped by their input shapes (the projections): count, ms per pass.
+- the MatMul nodes grouped by their activation and output shapes (the projections): count,
+  ms per pass.
 
 Profiling adds a little overhead per node to both graphs alike. Timings depend on the machine
 and its load; nothing asserts on them.
@@ -61,7 +62,8 @@ def kernel_times(profile: Path) -> tuple[int, dict[str, float], dict[str, list[f
         by_op[op] += ms
         if op in ("MatMul", "FusedMatMul"):
             shapes = [next(iter(d.values())) for d in event["args"].get("input_type_shape", [])]
-            key = f"{op} {' x '.join(str(s) for s in shapes)}"
+            produced = [next(iter(d.values())) for d in event["args"].get("output_type_shape", [])]
+            key = f"{op} {' x '.join(str(s) for s in shapes)} -> {produced[0] if produced else '?'}"
             matmul_ms[key] += ms
             matmul_nodes[key].add(event["name"])
     matmuls = {key: [float(len(matmul_nodes[key])), ms] for key, ms in matmul_ms.items()}

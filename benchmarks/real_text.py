@@ -22,7 +22,9 @@ Every method runs as a user runs it, through uqc's CLI (in this process: `cli.ap
 console script's entry, so imports are paid once): a single fine-tuned model (best epoch on
 val), 50% of heads pruned globally by Taylor, HIES (its alpha chosen on val among
 HIES_ALPHAS) and the head-map search, a deep ensemble of 3, Hydra M = 3 (uqc's pipeline: one
-HIES ranking partitioned into members, fused, fine-tuned jointly; the paper's Taylor and Circ
+HIES ranking partitioned into members, fused, fine-tuned jointly; the same with the first
+L/4, L/2 or 3L/4 blocks shared as one trunk,
+`fuse --shared-layers`; the paper's Taylor and Circ
 variants: members of k = H/M heads per layer from differently seeded Taylor scores or HeadMap
 circuits, fine-tuned one by one, then fused), SVE post hoc and as the fine-tuning itself,
 DIRECTOR and MC Dropout. Each is evaluated on val (uncalibrated: what rows and defaults are
@@ -345,6 +347,25 @@ class Plan:
         args = self.train_args(self.sizes.member_epochs, 0, lr="5e-5")
         return self.uqc("hydra-3", "finetune", fused, *args)
 
+    def layers(self) -> int:
+        import json
+
+        config = json.loads((self.model_dir / "config.json").read_text(encoding="utf-8"))
+        return int(config["num_hidden_layers"])
+
+    def hydra_shared(self, fraction: float) -> Path:
+        """uqc's pipeline with a shared trunk: the same members, fused with their first
+        K = round(fraction x L) blocks run once (at least 1, at most L - 1: the base's own
+        blocks, since the members are pruned from one base), then fine-tuned jointly."""
+        layers = self.layers()
+        shared = min(max(1, round(fraction * layers)), layers - 1)
+        members = self.uqc(
+            "hydra-members", "prune", self.scores("hies"), "--members", "3", "--select", "partition"
+        )
+        fused = self.uqc(f"hydra-fused-shared{shared}", "fuse", members, "--shared-layers", shared)
+        args = self.train_args(self.sizes.member_epochs, 0, lr="5e-5")
+        return self.uqc(f"hydra-3-shared{shared}", "finetune", fused, *args)
+
     def hydra_taylor(self) -> Path:
         """The paper's Taylor variant: M members from differently seeded Taylor scores, each
         keeping k = H/M heads of every layer (4 of MiniLM's 12) and fine-tuned on its own,
@@ -397,6 +418,9 @@ ROWS: tuple[Row, ...] = (
     Row("pruned-headmap", lambda p: [p.pruned("headmap")]),
     Row("deep-ensemble-3", lambda p: [p.base(0), p.base(1), p.base(2)], single_artifact=False),
     Row("hydra-3", lambda p: [p.hydra_uqc()]),
+    Row("hydra-3-shared-quarter", lambda p: [p.hydra_shared(0.25)]),
+    Row("hydra-3-shared-half", lambda p: [p.hydra_shared(0.5)]),
+    Row("hydra-3-shared-three-quarters", lambda p: [p.hydra_shared(0.75)]),
     Row("hydra-3-taylor-paper", lambda p: [p.hydra_taylor()]),
     Row("hydra-3-circ-paper", lambda p: [p.hydra_circ()]),
     Row("sve-post-hoc", lambda p: [p.sve_post_hoc()]),
