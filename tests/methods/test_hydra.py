@@ -41,14 +41,18 @@ def _batch(loaded: LoadedModel) -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
 
 
-def _members(family: str, keeps: list[list[list[int]]], seed: int = 0) -> list[LoadedModel]:
-    base = create_model(family, LABELS, preset="tiny", seed=seed)
+def _pruned_copies(base: LoadedModel, keeps: list[Any]) -> list[LoadedModel]:
+    """One copy of `base` per entry of `keeps`, pruned to those heads: Hydra's members."""
     members = []
     for keep in keeps:
         member = copy.deepcopy(base)
         prune_heads(member, keep)
         members.append(member)
     return members
+
+
+def _members(family: str, keeps: list[list[list[int]]], seed: int = 0) -> list[LoadedModel]:
+    return _pruned_copies(create_model(family, LABELS, preset="tiny", seed=seed), keeps)
 
 
 def _alone(members: list[LoadedModel], batch: dict[str, torch.Tensor]) -> torch.Tensor:

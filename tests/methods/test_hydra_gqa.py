@@ -8,7 +8,6 @@ before the grouped layout existed (no `kv_layout` in their config)."""
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +15,11 @@ import numpy as np
 import pytest
 import torch
 
-from tests.methods.test_hydra import LABELS, _alone, _fused
+from tests.methods.test_hydra import LABELS, _alone, _fused, _pruned_copies
 from tests.methods.test_hydra_trunk import _left_padded, _padded
 from uqcompress.methods.hydra import fuse
 from uqcompress.models.factory import create_model
 from uqcompress.models.loading import LoadedModel, load_model, resolve_model_source, save_model
-from uqcompress.models.surgery import prune_heads
 
 DECODERS = ["llama", "qwen2", "qwen3", "mistral"]
 # 8 query heads over 2 key/value heads (group 4): kv head 0 is read by heads 0-3, 1 by 4-7.
@@ -42,11 +40,7 @@ def _members(family: str, keeps: list[Any]) -> list[LoadedModel]:
     base = create_model(family, LABELS, preset="tiny", overrides=GQA_SHAPE, seed=1)
     with torch.no_grad():  # logits of order 1: differences between members are then visible
         base.family.head_parts(base.model).classifier.weight.mul_(100.0)
-    members = []
-    for keep in keeps:
-        member = copy.deepcopy(base)
-        prune_heads(member, keep)
-        members.append(member)
+    members = _pruned_copies(base, keeps)
     return members
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.methods.test_hydra import LABELS, _alone, _batch, _fused
+from tests.methods.test_hydra import LABELS, _alone, _batch, _fused, _pruned_copies
 from uqcompress.errors import IncompatibleInputError
 from uqcompress.methods.hydra import (
     check_shared_layers,
@@ -36,11 +36,7 @@ def _base_and_members(
     base = create_model(family, LABELS, preset="tiny", seed=seed)
     with torch.no_grad():  # logits of order 1 (not 0.01): differences are then worth checking
         base.family.head_parts(base.model).classifier.weight.mul_(100.0)
-    members = []
-    for keep in keeps:
-        member = copy.deepcopy(base)
-        prune_heads(member, keep)
-        members.append(member)
+    members = _pruned_copies(base, keeps)
     return base, members
 
 
