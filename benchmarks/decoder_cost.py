@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from hydra_cost import interleaved_medians, ort_runner
+from hydra_cost import interleaved_medians, member_keeps, ort_runner
 
 SEQUENCE = 128
 EXAMPLES = 32
@@ -161,19 +161,14 @@ def gap(graph: Any, session: Any, feed: dict[str, np.ndarray]) -> float:
 
 
 def hydra_of(base: Any) -> tuple[Any, float]:
-    """Hydra of MEMBERS members dealt tiers of the base's query heads (no shared head)."""
+    """Hydra of MEMBERS members dealt tiers of the base's query heads (no shared head;
+    `hydra_cost.member_keeps`: 2 tiers, 4 of 14 heads each)."""
     import torch
 
     from uqcompress.methods.hydra import fuse
-    from uqcompress.methods.pruning import select_grouped_member_heads
-    from uqcompress.methods.scoring import random_scores
-    from uqcompress.models.head_gates import head_groups
     from uqcompress.models.surgery import prune_heads
 
-    groups = head_groups(base)
-    scores = random_scores(len(groups.heads), groups.heads[0], seed=0)
-    keep = 2 * groups.kv_heads[0]  # two tiers each
-    keeps = select_grouped_member_heads(scores, groups, MEMBERS, keep, "partition")
+    keeps = member_keeps(base, MEMBERS)
     members = []
     for kept in keeps:
         member = copy.deepcopy(base)

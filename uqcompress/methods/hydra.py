@@ -503,7 +503,7 @@ def _stack_qkv(fused: FusedAttention, attention: list[AttentionParts]) -> None:
     K/V slot s. Otherwise (group 1), a member with grouped queries gets, in the K/V columns
     of query slot j, a copy of the key/value head that query head j reads (j // g_m)."""
     target, (q_width, kv_width, _) = fused.qkv, fused.split
-    group = fused.slots // max(fused.kv_slots, 1)
+    group = fused.group
     target.weight.zero_()
     target.bias.zero_()
     for m, parts in enumerate(attention):
@@ -534,7 +534,7 @@ def _stack_output(fused: FusedAttention, attention: list[AttentionParts]) -> Non
 
     Shape: member m's weight `[d, k_m d_h]` -> `output.weight[m, slot rows, :]`.
     """
-    target, group = fused.output, fused.slots // max(fused.kv_slots, 1)
+    target, group = fused.output, fused.group
     target.weight.zero_()
     target.bias.zero_()
     for m, parts in enumerate(attention):
