@@ -1,7 +1,8 @@
 """What does a shared trunk (`uqc fuse --shared-layers K`) buy a Hydra ensemble on CPU? One run.
 
-For each shape of `hydra_cost.py` asked for (`--models`, default BERT-base; random weights,
-the real shapes), M members partition-pruned from the dense model (member m keeps heads
+For each shape of `hydra_cost.py` asked for (`--models`, default BERT-base; also MiniLM-L6,
+the shape of `real_text.py`'s checkpoint, where the trunk's quality is measured; random
+weights, the real shapes), M members partition-pruned from the dense model (member m keeps heads
 h % M == m in every layer, as `hydra_cost.py`), side by side in ONNX Runtime (CPU, opset
 18, what `export.graph.graph_for` wraps: member logits, probabilities, entropy, mutual
 information):
@@ -13,8 +14,10 @@ information):
 
 Per configuration: median ONNX Runtime latency per batch (batch 1 and 8, all configurations
 of a batch size interleaved in turns, `hydra_cost.interleaved_medians`), its ratio to the
-single model and to the deep ensemble, and the analytic FLOPs per example (the formula of
-`hydra_cost.py`, with a trunk layer counted once over its heads) with the same ratios. A
+single model and to the deep ensemble (fp32 both, also for `--int8`'s rows: every
+configuration dynamically int8-quantized as `uqc quantize` does), and the analytic FLOPs
+per example (the formula of `hydra_cost.py`, with a trunk layer counted once over its
+heads) with the same ratios. A
 parity column guards against timing a wrong graph: the largest |member logit| difference
 between the fused model and its reference (`methods.hydra.shared_weight_members`: each member
 with the trunk's blocks, run alone in torch), and between ONNX Runtime and torch.
@@ -23,7 +26,7 @@ What the trunk does to uncertainty (OOD AUROC, ECE, disagreement) needs trained 
 real data: `benchmarks/real_text.py` is where to measure it; random weights say nothing there.
 
     .venv/bin/python benchmarks/hydra_trunk.py [--quick] [--members 3] [--markdown]
-        [--models BERT-base,ViT-B/16] [--shared 0,3,6,9] [--threads 2]
+        [--models BERT-base,MiniLM-L6,ViT-B/16] [--shared 0,3,6,9] [--threads 2] [--int8]
 """
 
 from __future__ import annotations
@@ -41,7 +44,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from hydra_cost import interleaved_medians, ort_runner, partition_keep, torch_inputs
 from prune_speed import (
     BATCHES,
+    BERT_VOCAB,
     OPSET,
+    Shape,
     Table,
     embedding_macs,
     environment_line,
@@ -57,6 +62,24 @@ from prune_speed import (
 )
 
 log = stderr_logger("hydra_trunk")
+
+
+def minilm_shape(quick: bool) -> Shape:
+    """all-MiniLM-L6-v2's shape (BERT: 6 layers x 12 heads of 32, hidden 384, MLP 1536), the
+    checkpoint `real_text.py` measures the trunk's quality on, with its 5 BBC topics."""
+    layers = 2 if quick else 6
+    return Shape(
+        "MiniLM-L6",
+        "bert",
+        5,
+        "base",
+        {
+            "vocab_size": BERT_VOCAB,
+            "hidden_size": 384,
+            "intermediate_size": 1536,
+            "num_hidden_layers": layers,
+        },
+    )
 
 
 def trunk_flops(loaded: Any, tokens: int, members: int, spec: Any) -> int:
@@ -76,6 +99,7 @@ def measure(shape: Any, args: argparse.Namespace) -> list[list[str]]:
 
     from uqcompress.export.graph import graph_for
     from uqcompress.export.onnx import export_graph
+    from uqcompress.export.quantize import quantize_graph
     from uqcompress.methods.hydra import fuse, shared_weight_members
     from uqcompress.models.head_gates import heads_per_layer
     from uqcompress.models.outputs import member_logits
@@ -120,8 +144,16 @@ def measure(shape: Any, args: argparse.Namespace) -> list[list[str]]:
         for name, graph in graphs.items():
             log(f"{shape.name}: exporting {name}")
             export_graph(graph, dense, paths[name], OPSET)
+        fp32_names = list(graphs)
+        if args.int8:
+            for name in fp32_names:
+                log(f"{shape.name}: quantizing {name} (dynamic int8)")
+                paths[f"{name} int8"] = paths[name].with_suffix(".int8.onnx")
+                quantize_graph(paths[name], paths[f"{name} int8"], "dynamic", work_dir=Path(tmp))
+                flops[f"{name} int8"] = flops[name]
         sessions = {name: ort_session(path, args.threads) for name, path in paths.items()}
         order = ["single", "deep ensemble", *(f"Hydra K={k}" for k in shared)]
+        order += [name for name in paths if name.endswith(" int8")]
         runs = {name: [sessions[name]] for name in sessions}
         runs["deep ensemble"] = [sessions["single"]] * m
         latency: dict[str, dict[int, float]] = {name: {} for name in order}
@@ -135,13 +167,16 @@ def measure(shape: Any, args: argparse.Namespace) -> list[list[str]]:
                 latency[name][batch] = seconds
         inputs = ort_inputs(dense, 1, args.seq_len, args.seed)
         for name in order[2:]:
+            fp32 = name.removesuffix(" int8")
             got = sessions[name].run(None, inputs)[0]
             with torch.inference_mode():
-                want = graphs[name](**{k: torch.from_numpy(v) for k, v in inputs.items()})[0]
-            gaps[name] += f" / {float(np.abs(got - want.numpy()).max()):.1e}"
+                want = graphs[fp32](**{k: torch.from_numpy(v) for k, v in inputs.items()})[0]
+            gap = f"{float(np.abs(got - want.numpy()).max()):.1e}"
+            # int8 is not parity but drift: its member logits' largest move from torch fp32
+            gaps[name] = f"drift {gap}" if name != fp32 else f"{gaps[name]} / {gap}"
     rows = []
     for name in order:
-        row = [shape.name, f"{name}" + (f" (M={m})" if name != "single" else "")]
+        row = [shape.name, f"{name}" + ("" if name.startswith("single") else f" (M={m})")]
         row.append(f"{flops[name] / 1e9:.2f}")
         row.append(
             f"{flops[name] / flops['single']:.2f}x / {flops[name] / flops['deep ensemble']:.2f}x"
@@ -173,6 +208,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--models", type=model_names, default=model_names("BERT-base"))
+    parser.add_argument(
+        "--int8", action="store_true", help="also each configuration dynamically int8-quantized"
+    )
     args = parser.parse_args()
     if not 2 <= args.members <= 8 or not 1 <= args.threads <= 64:
         raise SystemExit("--members must be 2..8 and --threads 1..64")
@@ -197,7 +235,9 @@ def main() -> None:
         headers += [f"ORT b{batch} (ms)", f"b{batch} vs single / DE"]
     headers.append("parity fused / ORT")
     rows = [
-        row for shape in pruning_shapes(args.quick, args.models) for row in measure(shape, args)
+        row
+        for shape in pruning_shapes(args.quick, args.models, [minilm_shape(args.quick)])
+        for row in measure(shape, args)
     ]
     title = "Hydra with a shared trunk: ONNX Runtime CPU latency and FLOPs"
     table = Table(title, headers, rows, left=(0, 1))

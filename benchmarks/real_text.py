@@ -23,14 +23,13 @@ console script's entry, so imports are paid once): a single fine-tuned model (be
 val), 50% of heads pruned globally by Taylor, HIES (its alpha chosen on val among
 HIES_ALPHAS) and the head-map search, a deep ensemble of 3, Hydra M = 3 (uqc's pipeline: one
 HIES ranking partitioned into members, fused, fine-tuned jointly; the same with the first
-L/4, L/2 or 3L/4 blocks shared as one trunk,
-`fuse --shared-layers`; the paper's Taylor and Circ
-variants: members of k = H/M heads per layer from differently seeded Taylor scores or HeadMap
-circuits, fine-tuned one by one, then fused), SVE post hoc and as the fine-tuning itself,
-DIRECTOR and MC Dropout. Each is evaluated on val (uncalibrated: what rows and defaults are
-chosen on) and on test: uncalibrated (torch), calibrated on val (temperature) as deployed
-(exported, in ONNX Runtime: model-only ms/example) and dynamically int8-quantized. Every
-number reported is on test.
+L/4, L/2, 3L/4 or all but the last block shared as one trunk, `fuse --shared-layers`; the
+paper's Taylor and Circ variants: members of k = H/M heads per layer from differently
+seeded Taylor scores or HeadMap circuits, fine-tuned one by one, then fused), SVE post hoc
+and as the fine-tuning itself, DIRECTOR and MC Dropout. Each is evaluated on val
+(uncalibrated: what rows and defaults are chosen on) and on test: uncalibrated (torch),
+calibrated on val (temperature) as deployed (exported, in ONNX Runtime: model-only
+ms/example) and dynamically int8-quantized. Every number reported is on test.
 
     python benchmarks/real_text.py [--quick] [--rows single,hydra-3,...] [--out-dir DIR]
 
@@ -421,6 +420,7 @@ ROWS: tuple[Row, ...] = (
     Row("hydra-3-shared-quarter", lambda p: [p.hydra_shared(0.25)]),
     Row("hydra-3-shared-half", lambda p: [p.hydra_shared(0.5)]),
     Row("hydra-3-shared-three-quarters", lambda p: [p.hydra_shared(0.75)]),
+    Row("hydra-3-shared-all-but-last", lambda p: [p.hydra_shared(1.0)]),
     Row("hydra-3-taylor-paper", lambda p: [p.hydra_taylor()]),
     Row("hydra-3-circ-paper", lambda p: [p.hydra_circ()]),
     Row("sve-post-hoc", lambda p: [p.sve_post_hoc()]),

@@ -20,6 +20,7 @@ SHIPPED = {
     "director-vit-digits.toml",
     "compare-digits.toml",
     "hydra-bert-csv.toml",
+    "hydra-trunk-bert-csv.toml",
     "hydra-taylor-vit-digits.toml",
     "hydra-circ-vit-digits.toml",
     "hies-sweep-vit-digits.toml",
@@ -172,5 +173,45 @@ def test_hydra_bert_csv_runs_the_taylor_protocol_on_a_headless_bert(
     assert fused["members"] == 3
     onnx = _summary(report, "onnx")
     assert onnx["members"] == 3 and onnx["parity_argmax_agreement"] == 1.0
+    metrics = json.loads((Path(report["steps"]["eval"]["path"]) / "metrics.json").read_text())
+    assert metrics["members"] == 3 and 0.0 <= metrics["acc"] <= 1.0
+
+
+def test_hydra_trunk_bert_csv_shares_the_first_blocks_and_ships_int8(
+    cli: Callable[..., Any], tmp_path: Path, sentiment_csv: dict[str, Path]
+) -> None:
+    """The shared-trunk recipe end to end on a tiny headless BERT (2 blocks, so 1 shared):
+    HIES, 3 partition members, fused with the first block run once, fine-tuned jointly,
+    calibrated, exported, int8 behind the drift gate, evaluated."""
+    from uqcompress.models.factory import create_model
+
+    encoder = create_model("bert", ["a", "b"], seed=3)
+    encoder.model.bert.save_pretrained(tmp_path / "encoder")
+    assert encoder.tokenizer is not None
+    encoder.tokenizer.save_pretrained(tmp_path / "encoder")
+    train, test = str(sentiment_csv["train"]), str(sentiment_csv["test"])
+    settings = [
+        f"vars.model={tmp_path / 'encoder'}",
+        f"vars.train={train}",
+        f"vars.val={test}",
+        f"vars.test={test}",
+        "vars.epochs=1",
+        "vars.member_epochs=1",
+        "vars.max_length=32",
+        "vars.shared_layers=1",
+        "gate.acc=>= 0",
+        "gate.ece=<= 1",
+    ]
+    path = Path(__file__).parents[2] / "recipes" / "hydra-trunk-bert-csv.toml"
+    args = [arg for item in settings for arg in ("--set", item)]
+    result = cli("run", path, "--json", *args)
+    assert result.code == 0, result.err[-3000:]
+    report: dict[str, Any] = json.loads(result.out)
+    assert _summary(report, "scores")["method"] == "hies"
+    fused = _summary(report, "fused")
+    assert fused["members"] == 3 and fused["shared_layers"] == 1
+    onnx = _summary(report, "onnx")
+    assert onnx["members"] == 3 and onnx["parity_argmax_agreement"] == 1.0
+    assert _summary(report, "int8")["quantization"]["mode"] == "dynamic"
     metrics = json.loads((Path(report["steps"]["eval"]["path"]) / "metrics.json").read_text())
     assert metrics["members"] == 3 and 0.0 <= metrics["acc"] <= 1.0
