@@ -108,7 +108,7 @@ def test_quick_run_produces_every_row_and_column(tmp_path: Path, capsys) -> None
     assert members["deep-ensemble-3"] == 3 and members["hydra-3"] == 3
     assert members["hydra-3-taylor-paper"] == 3 and members["hydra-3-circ-paper"] == 3
     shared = [name for name in members if name.startswith("hydra-3-shared-")]
-    assert len(shared) == 3 and all(members[name] == 3 for name in shared)
+    assert len(shared) == 4 and all(members[name] == 3 for name in shared)
     # the tiny encoder's 2 blocks leave K = 1 for every fraction: one fused artifact, reused
     assert len(list((tmp_path / "work").glob("hydra-fused-shared*"))) == 1
     params = {r["row"]: r["metrics"]["parameters"] for r in records if r["variant"] == "torch"}

@@ -135,12 +135,15 @@ def test_hies_sweep_recipe_prunes_globally_for_every_alpha(cli: Callable[..., An
     assert report["gate"]["step"] == "eval05"
 
 
-def test_hydra_bert_csv_runs_the_taylor_protocol_on_a_headless_bert(
-    cli: Callable[..., Any], tmp_path: Path, sentiment_csv: dict[str, Path]
-) -> None:
-    """The user's BERT recipe, end to end on a tiny BertModel without a classifier (what
-    sentence encoders ship): import adds a head, 3 Taylor members of k = H/M heads per layer
-    fine-tuned one by one, fused, exported, evaluated."""
+def _run_on_headless_bert(
+    cli: Callable[..., Any],
+    tmp_path: Path,
+    sentiment_csv: dict[str, Path],
+    recipe: str,
+    *extra: str,
+) -> Any:
+    """`uqc run recipes/<recipe>.toml --json` on a tiny BertModel saved without a classifier
+    (what sentence encoders ship), on the sentiment CSVs, one epoch, no gate to meet."""
     from uqcompress.models.factory import create_model
 
     encoder = create_model("bert", ["a", "b"], seed=3)
@@ -156,13 +159,21 @@ def test_hydra_bert_csv_runs_the_taylor_protocol_on_a_headless_bert(
         "vars.epochs=1",
         "vars.member_epochs=1",
         "vars.max_length=32",
-        "vars.ratio=0.5",
         "gate.acc=>= 0",
         "gate.ece=<= 1",
+        *extra,
     ]
-    path = Path(__file__).parents[2] / "recipes" / "hydra-bert-csv.toml"
-    args = [arg for item in settings for arg in ("--set", item)]
-    result = cli("run", path, "--json", *args)
+    path = Path(__file__).parents[2] / "recipes" / f"{recipe}.toml"
+    return cli("run", path, "--json", *(arg for item in settings for arg in ("--set", item)))
+
+
+def test_hydra_bert_csv_runs_the_taylor_protocol_on_a_headless_bert(
+    cli: Callable[..., Any], tmp_path: Path, sentiment_csv: dict[str, Path]
+) -> None:
+    """The user's BERT recipe, end to end on a tiny BertModel without a classifier (what
+    sentence encoders ship): import adds a head, 3 Taylor members of k = H/M heads per layer
+    fine-tuned one by one, fused, exported, evaluated."""
+    result = _run_on_headless_bert(cli, tmp_path, sentiment_csv, "hydra-bert-csv", "vars.ratio=0.5")
     assert result.code == 0, result.err[-3000:]
     report: dict[str, Any] = json.loads(result.out)
     heads = _summary(report, "imported")["heads"]
@@ -183,28 +194,9 @@ def test_hydra_trunk_bert_csv_shares_the_first_blocks_and_ships_int8(
     """The shared-trunk recipe end to end on a tiny headless BERT (2 blocks, so 1 shared):
     HIES, 3 partition members, fused with the first block run once, fine-tuned jointly,
     calibrated, exported, int8 behind the drift gate, evaluated."""
-    from uqcompress.models.factory import create_model
-
-    encoder = create_model("bert", ["a", "b"], seed=3)
-    encoder.model.bert.save_pretrained(tmp_path / "encoder")
-    assert encoder.tokenizer is not None
-    encoder.tokenizer.save_pretrained(tmp_path / "encoder")
-    train, test = str(sentiment_csv["train"]), str(sentiment_csv["test"])
-    settings = [
-        f"vars.model={tmp_path / 'encoder'}",
-        f"vars.train={train}",
-        f"vars.val={test}",
-        f"vars.test={test}",
-        "vars.epochs=1",
-        "vars.member_epochs=1",
-        "vars.max_length=32",
-        "vars.shared_layers=1",
-        "gate.acc=>= 0",
-        "gate.ece=<= 1",
-    ]
-    path = Path(__file__).parents[2] / "recipes" / "hydra-trunk-bert-csv.toml"
-    args = [arg for item in settings for arg in ("--set", item)]
-    result = cli("run", path, "--json", *args)
+    result = _run_on_headless_bert(
+        cli, tmp_path, sentiment_csv, "hydra-trunk-bert-csv", "vars.shared_layers=1"
+    )
     assert result.code == 0, result.err[-3000:]
     report: dict[str, Any] = json.loads(result.out)
     assert _summary(report, "scores")["method"] == "hies"
