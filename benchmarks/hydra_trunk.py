@@ -62,6 +62,7 @@ from prune_speed import (
 )
 
 log = stderr_logger("hydra_trunk")
+MAX_SEQ_LEN = 512  # BERT-base's and MiniLM's position tables
 
 
 def minilm_shape(quick: bool) -> Shape:
@@ -216,8 +217,10 @@ def parse_args() -> argparse.Namespace:
         raise SystemExit("--members must be 2..8 and --threads 1..64")
     args.repeats = args.repeats or (3 if args.quick else 10)
     args.warmup = args.warmup or (1 if args.quick else 2)
-    if not 1 <= args.repeats <= 1000:
-        raise SystemExit("--repeats must be 1..1000")
+    if not 1 <= args.repeats <= 1000 or not 1 <= args.warmup <= 100:
+        raise SystemExit("--repeats must be 1..1000 and --warmup 1..100")
+    if not 1 <= args.seq_len <= MAX_SEQ_LEN:
+        raise SystemExit(f"--seq-len must be 1..{MAX_SEQ_LEN} (BERT's position table)")
     return args
 
 

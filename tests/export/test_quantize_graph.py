@@ -65,6 +65,15 @@ def test_a_transposed_weight_becomes_one_initializer_every_reader_shares(tmp_pat
     assert fold_weight_transposes(model) == 0  # nothing left to fold
 
 
+def test_an_initializer_that_is_also_a_graph_input_is_kept() -> None:
+    """Older exporters list initializers among the graph's inputs (overridable defaults):
+    dropping one would turn it into a required input."""
+    model = _shared_weight_graph()
+    model.graph.input.append(helper.make_tensor_value_info("W", TensorProto.FLOAT, [5, 3]))
+    assert fold_weight_transposes(model) == 1
+    assert {t.name for t in model.graph.initializer} == {"W", "Wt", "V"}
+
+
 def test_the_default_perm_reverses_the_axes(tmp_path: Path) -> None:
     model = _shared_weight_graph()
     del model.graph.node[0].attribute[:]  # Transpose without perm: reversed axes

@@ -11,6 +11,7 @@ import onnx
 import pytest
 
 from tests.conftest import ok
+from tests.export.test_quantize_graph import _matmul_weights
 from uqcompress.artifacts import open_artifact
 from uqcompress.export import contract
 from uqcompress.export.quantize import uncertainty_tail
@@ -83,19 +84,6 @@ def _probe(predictor: Predictor, data: str) -> dict[str, np.ndarray]:
     return {name: getattr(got, name) for name in contract.OUTPUT_NAMES}
 
 
-def _float_weight_matmuls(graph: onnx.GraphProto) -> list[str]:
-    """Float MatMul nodes whose weight is constant: an initializer, or one transposed."""
-    constants = {t.name for t in graph.initializer}
-    produced_by = {o: n for n in graph.node for o in n.output}
-
-    def constant(tensor: str) -> bool:
-        node = produced_by.get(tensor)
-        transposed = node is not None and node.op_type == "Transpose"
-        return tensor in constants or (transposed and node.input[0] in constants)
-
-    return [n.name for n in graph.node if n.op_type == "MatMul" and constant(n.input[1])]
-
-
 # op types that only a quantized (or half-precision) graph holds, per mode
 MARKERS = {
     "dynamic": {"DynamicQuantizeLinear", "MatMulInteger"},
@@ -142,7 +130,7 @@ def test_each_mode_keeps_the_contract_and_stays_within_the_gate(
     if mode == "dynamic":
         # every MatMul with a constant weight runs in int8, also one whose weight reached it
         # through a Transpose (a Hydra's shared MLP, read once per member)
-        assert _float_weight_matmuls(graph) == []
+        assert _matmul_weights(graph) == set()
     tail = uncertainty_tail(model_fp32)
     assert {"Softmax", "Log"} <= {n.op_type for n in graph_fp32.node if n.name in tail}
     by_name = {n.name: n for n in graph.node}

@@ -126,7 +126,8 @@ def fold_weight_transposes(model: Any) -> int:
     graph.initializer.extend(folded)
     if not any(a.type in (a.GRAPH, a.GRAPHS) for n in graph.node for a in n.attribute):
         # drop the originals nothing reads any more (a subgraph could read one: then keep all)
-        read = {i for n in graph.node for i in n.input} | {o.name for o in graph.output}
+        read = {i for n in graph.node for i in n.input}
+        read |= {o.name for o in graph.output} | {i.name for i in graph.input}
         unused = [t for t in graph.initializer if t.name not in read]
         for tensor in unused:
             graph.initializer.remove(tensor)
