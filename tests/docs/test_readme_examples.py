@@ -1,4 +1,10 @@
-"""The README's "Every step by example" blocks, run as written in one shell."""
+"""The README's "Every step by example" blocks, run as written in one shell.
+
+The shell finds a `uqc` that forks from a zygote that imported torch and transformers once
+(tests/forkserver.py): each of the walk-through's ~30 calls is still its own process with the
+script's descriptors and exit code, without paying 3-4 s of imports. The installed console
+script itself is run by tests/cli/test_cli_contract.py.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +15,8 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+from tests.forkserver import Zygote
 
 ROOT = Path(__file__).parents[2]
 START, END = "<!-- steps-by-example:start -->", "<!-- steps-by-example:end -->"
@@ -36,9 +44,11 @@ def test_readme_examples_run_as_written(tmp_path: Path) -> None:
         "UQC_ARTIFACTS": str(tmp_path / "artifacts"),
     }
     script = "set -euo pipefail\n" + "\n".join(_blocks())
-    result = subprocess.run(
-        ["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True
-    )
+    with Zygote(tmp_path / "zygote", env) as uqc_bin:
+        env["PATH"] = f"{uqc_bin}{os.pathsep}{env['PATH']}"
+        result = subprocess.run(
+            ["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True
+        )
     assert result.returncode == 0, result.stderr[-4000:]
     first = json.loads((tmp_path / "predictions.jsonl").read_text().splitlines()[0])
     assert {"label", "probs", "entropy", "mutual_info", "abstain"} <= set(first)
