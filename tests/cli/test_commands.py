@@ -20,7 +20,8 @@ def test_every_generated_command_has_one_option_per_step_option_each_with_help()
         flags = {p.opts[0] for p in command.params if p.opts and p.opts[0].startswith("--")}
         wanted = {o.flag for o in spec.options().values() if o.flag is not None}
         assert wanted <= flags, (name, wanted - flags)
-        assert flags - wanted <= {"--force", "--json"}, (name, flags - wanted)
+        extra = {"--force", "--json", "--dry-run", "--verbose", "--quiet"}
+        assert flags - wanted <= extra, (name, flags - wanted)
         for param in command.params:
             assert getattr(param, "help", None), (name, param.name)
         assert command.help.startswith(HELP[name].strip().splitlines()[0]), name

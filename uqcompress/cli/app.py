@@ -20,8 +20,10 @@ from typer.core import TyperCommand, TyperGroup
 from uqcompress import __version__
 from uqcompress.cli import demo_cmd, inspect_cmd, run_cmd, serve_cmd
 from uqcompress.cli.commands import HELP, step_command
+from uqcompress.cli.options import Quiet, Verbose
 from uqcompress.errors import UqcError
 from uqcompress.runtime import interrupts
+from uqcompress.runtime.console import NORMAL, set_verbosity
 
 INTERRUPTED = 130
 
@@ -69,8 +71,10 @@ app = typer.Typer(
     "Every step reads artifact directories and writes a new one; stdout carries only the "
     "path written (or JSON with --json), so steps compose in a shell.",
     no_args_is_help=True,
-    add_completion=False,
+    # `uqc --install-completion` / `--show-completion`: Typer's, for bash, zsh, fish, PowerShell
+    add_completion=True,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},  # every command's -h too
 )
 
 
@@ -88,6 +92,8 @@ def _root(
             "--version", help="Print the version and exit.", callback=_version, is_eager=True
         ),
     ] = False,
+    verbose: Verbose = False,
+    quiet: Quiet = False,
 ) -> None:
     """uqcompress command line."""
 
@@ -124,16 +130,15 @@ def _quiet_libraries() -> None:
 
 
 def _error(message: str) -> None:
-    from uqcompress.runtime.console import stderr
+    from uqcompress.runtime.console import error_line
 
-    stderr.print(
-        f"[bold red]error:[/bold red] {message}", soft_wrap=True, markup=True, highlight=False
-    )
+    error_line(f"[bold red]error:[/bold red] {message}")
 
 
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI and return the exit code (tests call this; `main` exits with it)."""
     _quiet_libraries()
+    set_verbosity(NORMAL)  # -q / -v set it again for this command only
     command = typer.main.get_command(app)
     args = sys.argv[1:] if argv is None else list(argv)
     if not args:

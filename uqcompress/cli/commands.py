@@ -19,7 +19,18 @@ from typing import Annotated, Any
 
 import typer
 
-from uqcompress.cli.options import SHARED, Force, ForceFile, Json, Out, OutFile, resolve_input
+from uqcompress.cli.options import (
+    SHARED,
+    DryRun,
+    Force,
+    ForceFile,
+    Json,
+    Out,
+    OutFile,
+    Quiet,
+    Verbose,
+    resolve_input,
+)
 from uqcompress.errors import ConfigError
 from uqcompress.steps.config import HELP as FIELD_HELP
 from uqcompress.steps.registry import Option, Step, step
@@ -152,16 +163,26 @@ def _field_parameter(spec: Step, option: Option) -> inspect.Parameter:
     )
 
 
+def _keyword(name: str, annotation: Any, default: Any) -> inspect.Parameter:
+    return inspect.Parameter(
+        name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default
+    )
+
+
+# How every step command runs and talks: plan only, and how much it says on stderr.
+_HOW = (
+    _keyword("dry_run", DryRun, False),
+    _keyword("verbose", Verbose, False),
+    _keyword("quiet", Quiet, False),
+)
 _COMMON = (
-    inspect.Parameter("out", inspect.Parameter.KEYWORD_ONLY, annotation=Out, default=None),
-    inspect.Parameter("force", inspect.Parameter.KEYWORD_ONLY, annotation=Force, default=False),
-    inspect.Parameter("json_out", inspect.Parameter.KEYWORD_ONLY, annotation=Json, default=False),
+    _keyword("out", Out, None),
+    _keyword("force", Force, False),
+    _keyword("json_out", Json, False),
+    *_HOW,
 )
 # A step that writes no artifact (predict): --out is the file it writes; no --json.
-_FILE = (
-    inspect.Parameter("out", inspect.Parameter.KEYWORD_ONLY, annotation=OutFile, default=None),
-    inspect.Parameter("force", inspect.Parameter.KEYWORD_ONLY, annotation=ForceFile, default=False),
-)
+_FILE = (_keyword("out", OutFile, None), _keyword("force", ForceFile, False), *_HOW)
 
 
 _LAST = ("device", "threads")  # where it runs: after what it does
@@ -221,12 +242,17 @@ def step_command(name: str) -> Callable[..., None]:
     spec = step(name)
 
     def command(**values: Any) -> None:
-        from uqcompress.cli.invoke import run_step
+        from uqcompress.cli.invoke import plan_step, run_step
 
         out, force = values.pop("out"), values.pop("force")
         json_out = values.pop("json_out", False)
+        dry_run = values.pop("dry_run")
+        values.pop("verbose"), values.pop("quiet")  # already applied as they were parsed
         _resolve_inputs(spec, values)
-        run_step(name, values, force, json_out, out)
+        if dry_run:
+            plan_step(name, values, force, json_out, out)
+        else:
+            run_step(name, values, force, json_out, out)
 
     parameters = _parameters(spec)
     command.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from uqcompress.cli.options import Device, Force, Json, Threads, setup_compute
+from uqcompress.cli.options import Device, Force, Json, Quiet, Threads, Verbose, setup_compute
 
 
 def demo(
@@ -27,6 +27,8 @@ def demo(
     threads: Threads = None,
     force: Force = False,
     json_out: Json = False,
+    verbose: Verbose = False,
+    quiet: Quiet = False,
 ) -> None:
     """Train 3 ViTs on digits; export, prune, ensemble and fuse them; compare in one table.
 

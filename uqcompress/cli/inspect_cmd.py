@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from uqcompress.cli.options import Json, resolve_input
+from uqcompress.cli.options import Json, Quiet, Verbose, resolve_input
 
 
 def _short(value: Any, limit: int = 80) -> str:
@@ -19,6 +19,8 @@ def _short(value: Any, limit: int = 80) -> str:
 def inspect(
     artifact: Annotated[str, typer.Argument(help="Artifact directory ('-' reads stdin).")],
     json_out: Json = False,
+    verbose: Verbose = False,
+    quiet: Quiet = False,
 ) -> None:
     """Show kind, summary, config, data and lineage (table on stderr; --json on stdout)."""
     from dataclasses import asdict
@@ -78,6 +80,8 @@ def inspect(
 
 def verify(
     artifact: Annotated[str, typer.Argument(help="Artifact directory ('-' reads stdin).")],
+    verbose: Verbose = False,
+    quiet: Quiet = False,
 ) -> None:
     """Check every file of an artifact against its recorded size and sha256, and that it holds
     only regular files and no path leading out of it, and that every input up its lineage is

@@ -47,3 +47,48 @@ def show(name: str, values: dict[str, Any], result: StepResult) -> None:
             title=f"uqc compare (latency ratio to {table['baseline']})",
             ratio=True,
         )
+
+
+def plan_step(
+    name: str, values: dict[str, Any], force: bool, json_out: bool, out: Path | None
+) -> None:
+    """`uqc NAME --dry-run`: the step checks its inputs and options and computes its id, then
+    stops where work would start. stderr: the plan and the resolved config; stdout: the path
+    it would write (as `uqc run --dry-run` prints its last step's), or the plan as JSON.
+    Nothing is written, built or downloaded."""
+    import json
+    import sys
+
+    from uqcompress.runtime.console import stderr, user
+    from uqcompress.steps.registry import step
+
+    spec = step(name)
+    inputs, cfg, out_path = spec.prepare({**values, "out": out})
+    plan = spec.plan(inputs, cfg, out_path, force)
+    if plan.kind == "predictions":  # predict: a file or stdout, not an artifact
+        where = user(plan.dest) if plan.dest is not None else "stdout"
+        stderr.print(
+            f"plan: uqc {name} would write {plan.examples} records to {where}", highlight=False
+        )
+    else:
+        verb = "reuse" if plan.reusable else "build"
+        stderr.print(
+            f"plan: uqc {name} would {verb} {plan.kind} {plan.id[:8]} at {user(plan.dest)}",
+            highlight=False,
+        )
+    for key, value in plan.config.items():
+        stderr.print(f"  {key} = {user(json.dumps(value))}", highlight=False)
+    if json_out:
+        payload = {
+            "step": name,
+            "would": "write" if plan.kind == "predictions" else verb,
+            "path": None if plan.dest is None else str(plan.dest),
+            "kind": plan.kind,
+            "id": plan.id or None,
+            "examples": plan.examples,
+            "config": plan.config,
+        }
+        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+    elif plan.dest is not None:
+        sys.stdout.write(f"{plan.dest}\n")
+    sys.stdout.flush()

@@ -36,6 +36,58 @@ OutFile = Annotated[
     ),
 ]
 ForceFile = Annotated[bool, typer.Option("--force", help="Replace an existing --out file.")]
+
+
+def _set_verbose(ctx: typer.Context, value: bool) -> bool:
+    from uqcompress.runtime.console import VERBOSE, set_verbosity
+
+    if value:
+        if ctx.params.get("quiet"):
+            raise typer.BadParameter("-v/--verbose and -q/--quiet exclude each other")
+        set_verbosity(VERBOSE)
+    return value
+
+
+def _set_quiet(ctx: typer.Context, value: bool) -> bool:
+    from uqcompress.runtime.console import QUIET, set_verbosity
+
+    if value:
+        if ctx.params.get("verbose"):
+            raise typer.BadParameter("-v/--verbose and -q/--quiet exclude each other")
+        set_verbosity(QUIET)
+    return value
+
+
+# Set as they are parsed (eager), so they hold before the command body, whatever it is.
+Verbose = Annotated[
+    bool,
+    typer.Option(
+        "-v",
+        "--verbose",
+        help="Also print each phase of the work and its cost (resolved config, inputs, time).",
+        callback=_set_verbose,
+        is_eager=True,
+    ),
+]
+Quiet = Annotated[
+    bool,
+    typer.Option(
+        "-q",
+        "--quiet",
+        help="Print nothing on stderr but errors: no progress, tables or warnings (warnings "
+        "stay in the manifest). stdout is unchanged.",
+        callback=_set_quiet,
+        is_eager=True,
+    ),
+]
+DryRun = Annotated[
+    bool,
+    typer.Option(
+        "--dry-run",
+        help="Check the inputs and options and print the plan (resolved config, the artifact "
+        "id, its path, and whether it would be built or reused). Writes nothing.",
+    ),
+]
 Json = Annotated[
     bool,
     typer.Option("--json", help="Print the result as JSON on stdout instead of the path."),

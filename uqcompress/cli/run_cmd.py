@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from uqcompress.cli.options import Json
+from uqcompress.cli.options import Json, Quiet, Verbose
 
 
 def run_recipe(
@@ -44,6 +44,8 @@ def run_recipe(
         ),
     ] = None,
     json_out: Json = False,
+    verbose: Verbose = False,
+    quiet: Quiet = False,
 ) -> None:
     """Run a recipe: every step in order, reusing any artifact with the same id (a rerun of
     an unchanged recipe does no work; a failed or interrupted run resumes), then check its

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from uqcompress.cli.options import resolve_input
+from uqcompress.cli.options import Quiet, Verbose, resolve_input
 
 
 def check_options(host: str, port: int, max_batch: int, max_wait_ms: int) -> None:
@@ -63,6 +63,8 @@ def serve(
             "join it.",
         ),
     ] = 5,
+    verbose: Verbose = False,
+    quiet: Quiet = False,
 ) -> None:
     """Serve an ONNX export over HTTP, micro-batching concurrent requests.
 

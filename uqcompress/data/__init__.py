@@ -15,6 +15,20 @@ def load_data(
     require_labels: bool = True,
     text_pair_column: str | None = None,
 ) -> LabeledData:
+    """`_read`, timed for -v."""
+    from uqcompress.runtime.console import phase, user
+
+    with phase(f"read {user(spec)}"):
+        return _read(spec, text_column, label_column, require_labels, text_pair_column)
+
+
+def _read(
+    spec: str,
+    text_column: str,
+    label_column: str,
+    require_labels: bool,
+    text_pair_column: str | None,
+) -> LabeledData:
     """Read the examples a spec names (validated first, so a typo fails before any work).
 
     With ``require_labels=False`` (OOD sets, `uqc predict`) a file without the label column is

@@ -40,10 +40,12 @@ def iter_logits(
     import torch
 
     from uqcompress.models.outputs import member_logits
+    from uqcompress.runtime.console import track
 
     model.eval()
     model.to(device)
-    for batch in make_loader(encoded, batch_size):
+    loader = make_loader(encoded, batch_size)
+    for batch in track(loader, "predicting", total=len(loader)):
         # inference mode per batch, never held across a yield (the caller's code runs there)
         with torch.inference_mode():
             inputs = {k: v.to(device) for k, v in model_inputs(batch).items()}

@@ -274,6 +274,14 @@ def has_default_labels(labels: list[str]) -> bool:
 
 
 def load_model(source: ModelSource) -> LoadedModel:
+    """`_load`, timed for -v."""
+    from uqcompress.runtime.console import phase, user
+
+    with phase(f"load {user(source.path)}"):
+        return _load(source)
+
+
+def _load(source: ModelSource) -> LoadedModel:
     """Load the classifier, its labels and its tokenizer or image preprocessing (on CPU)."""
     from transformers import AutoConfig
 

@@ -8,11 +8,16 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
 
 from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
+
+T = TypeVar("T")
 
 # Off a terminal (logs, CI, pipes) rich assumes 80 columns and would truncate table cells;
 # give it room unless the user set COLUMNS.
@@ -29,3 +34,152 @@ def user(value: Any) -> str:
 def plain(value: Any) -> Text:
     """A user value as a table cell, title or tree label: printed as written, no markup."""
     return Text(str(value))
+
+
+# --- how much a command says (-q / -v) ------------------------------------------------------
+
+QUIET, NORMAL, VERBOSE = -1, 0, 1
+_level = NORMAL
+
+
+def set_verbosity(level: int) -> None:
+    """QUIET: stderr carries errors only (no progress, tables or warnings; warnings stay in
+    the manifest); NORMAL; VERBOSE: also each phase of a step and what it cost. Every command
+    starts at NORMAL (`cli.app.run` resets it), so one in-process call never leaks into the
+    next."""
+    global _level
+    _level = level
+    stderr.quiet = level <= QUIET
+
+
+def verbosity() -> int:
+    return _level
+
+
+def is_verbose() -> bool:
+    return _level >= VERBOSE
+
+
+def detail(message: str) -> None:
+    """A line only -v prints (markup allowed: pass user values through `user()`)."""
+    if is_verbose():
+        stderr.print(f"[dim]{message}[/dim]", soft_wrap=True, highlight=False)
+
+
+@contextmanager
+def phase(what: str) -> Iterator[None]:
+    """Time a phase of a step; with -v, print what it was and the seconds it took (also when
+    it failed, so the last line before an error says where it happened)."""
+    if not is_verbose():
+        yield
+        return
+    start = time.perf_counter()
+    outcome = "failed after"
+    try:
+        yield
+        outcome = "took"
+    finally:
+        seconds = time.perf_counter() - start
+        stderr.print(f"[dim]  {what} {outcome} {seconds:.2f} s[/dim]", soft_wrap=True)
+
+
+def error_line(markup: str) -> None:
+    """An error's one line: printed whatever the verbosity (-q hides all but errors)."""
+    quiet, stderr.quiet = stderr.quiet, False
+    try:
+        stderr.print(markup, soft_wrap=True, markup=True, highlight=False)
+    finally:
+        stderr.quiet = quiet
+
+
+# --- progress while a step works ----------------------------------------------------------
+
+
+def _shows_live() -> bool:
+    """Spinners and bars only on a terminal, and not under -q: logs and pipes stay clean."""
+    return stderr.is_terminal and not stderr.quiet
+
+
+def track(items: Iterable[T], description: str, total: int | None = None) -> Iterator[T]:
+    """`items`, with a transient progress bar on stderr while they are consumed (none off a
+    terminal, under -q, or inside another live display such as training's bar)."""
+    if not _shows_live():
+        yield from items
+        return
+    from rich.errors import LiveError
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=stderr,
+        transient=True,
+    )
+    try:
+        progress.start()
+    except LiveError:  # a display is already live (validation inside a training run)
+        yield from items
+        return
+    try:
+        task = progress.add_task(description, total=total)
+        for item in items:
+            yield item
+            progress.advance(task)
+    finally:
+        progress.stop()
+
+
+class Activity:
+    """A step's phases as they happen: a spinner naming the current one on a terminal, and
+    with -v a line per finished phase with its seconds."""
+
+    def __init__(self, title: str) -> None:
+        self.title = title
+        self.current: str | None = None
+        self.started = 0.0
+        self.status: Any = None
+
+    def step(self, what: str) -> None:
+        """The previous phase is done; `what` starts."""
+        self._finish("took")
+        self.current, self.started = what, time.perf_counter()
+        if self.status is not None:
+            self.status.update(f"{self.title}: {what}")
+
+    def _finish(self, outcome: str) -> None:
+        if self.current is not None and is_verbose():
+            seconds = time.perf_counter() - self.started
+            stderr.print(f"[dim]  {self.current} {outcome} {seconds:.2f} s[/dim]", soft_wrap=True)
+        self.current = None
+
+
+@contextmanager
+def activity(title: str) -> Iterator[Activity]:
+    """`with activity("exporting bert to ONNX") as work: work.step("tracing"); ...`"""
+    work = Activity(title)
+    status = None
+    if _shows_live():
+        from rich.errors import LiveError
+
+        status = stderr.status(title)
+        try:
+            status.start()
+        except LiveError:
+            status = None
+    work.status = status
+    outcome = "failed after"
+    try:
+        yield work
+        outcome = "took"
+    finally:
+        work._finish(outcome)
+        if status is not None:
+            status.stop()

@@ -20,6 +20,15 @@ class PlannedStep(Exception):
         self.dest, self.reusable, self.kind, self.id = dest, reusable, kind, artifact_id
 
 
+class PlannedPrediction(Exception):
+    """Raised by predict instead of predicting while `planning()` is on: its model and data
+    were checked, and `examples` records would be written."""
+
+    def __init__(self, examples: int) -> None:
+        super().__init__(f"{examples} examples")
+        self.examples = examples
+
+
 @contextmanager
 def planning() -> Iterator[None]:
     token = _PLANNING.set(True)

@@ -23,7 +23,7 @@ from uqcompress.artifacts.writer import (
     sibling_temp_name,
 )
 from uqcompress.errors import ArtifactError
-from uqcompress.runtime.console import stderr, user
+from uqcompress.runtime.console import detail, phase, stderr, user
 from uqcompress.runtime.distributed import is_main_process
 from uqcompress.runtime.planning import PlannedStep, is_planning
 
@@ -84,11 +84,15 @@ def build_or_reuse(
     if existing is not None:
         stderr.print(f"[dim]{user(dest)}: same inputs and config as before, reusing it[/dim]")
         return StepResult(artifact=existing, reused=True)
+    detail(f"building {plan.kind} {plan.id[:8]} at {user(dest)}")
     # Temp dirs of killed processes (their pid is gone) would otherwise pile up here.
     clean_stale_temp_dirs(dest.parent)
     # In a multi-process launch every rank computes (training needs them all); only rank 0
     # installs the artifact.
-    with ArtifactWriter(dest, plan, force=force, discard=not is_main_process()) as writer:
+    with (
+        phase(f"build and install {plan.kind} {plan.id[:8]}"),
+        ArtifactWriter(dest, plan, force=force, discard=not is_main_process()) as writer,
+    ):
         build(writer)
     show_warnings(writer.warnings)
     return StepResult(artifact=writer.artifact, reused=False)

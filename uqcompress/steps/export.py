@@ -308,7 +308,7 @@ def _write_onnx(
     )
     from uqcompress.export.runtime import Predictor
     from uqcompress.models.sve_model import SVE
-    from uqcompress.runtime.console import stderr
+    from uqcompress.runtime.console import activity, stderr
 
     length = export_length(loaded, cfg.max_length)  # refused before the (slow) export
     temperature = loaded.calibration.temperature if loaded.calibration is not None else 1.0
@@ -327,55 +327,61 @@ def _write_onnx(
         writer.summary["sve_form"] = "materialized"
     elif SVE.marks(loaded.config):
         writer.summary["sve_form"] = "factorised"
-    onnx_path = writer.dir / contract.ONNX_FILE
-    stderr.print(f"[dim]exporting {loaded.family.name} to ONNX (opset {cfg.opset})...[/dim]")
-    if export_graph(exported, loaded, onnx_path, cfg.opset):
-        writer.summary["external_data"] = f"{onnx_path.name}.data"
-    write_metadata(
-        onnx_path,
-        metadata_for(loaded, source_id, source_kind, loaded.members, max_length=length),
-    )
-    loader = _write_loader_files(loaded, writer.dir)
-    if loaded.input_kind == "text":
-        _write_tokenizer(loaded, length, writer.dir)
-    predictor = Predictor(writer.dir, device=cfg.device, threads=cfg.threads)
-    examples = data if data is not None else synthetic_examples(loaded)
-    report = check_parity(graph, loaded, predictor, examples, cfg.atol, max_length=length)
-    if not report.passed:
-        raise ParityError(
-            f"ONNX output disagrees with PyTorch: {report.describe()}; no artifact written",
-            hint="report this with the model; try another --opset, or loosen --atol only if "
-            "the difference is harmless",
+    title = f"exporting {loaded.family.name} to ONNX"
+    with activity(title) as work:
+        onnx_path = writer.dir / contract.ONNX_FILE
+        stderr.print(f"[dim]exporting {loaded.family.name} to ONNX (opset {cfg.opset})...[/dim]")
+        work.step("tracing the graph (torch.export, then ONNX)")
+        if export_graph(exported, loaded, onnx_path, cfg.opset):
+            writer.summary["external_data"] = f"{onnx_path.name}.data"
+        write_metadata(
+            onnx_path,
+            metadata_for(loaded, source_id, source_kind, loaded.members, max_length=length),
         )
-    save_parity(writer.dir, report)
-    writer.summary["latency"] = measure_latency(
-        predictor, latency_inputs(predictor, examples), cfg.threads
-    )
-    writer.summary.update(
-        {
-            "format": "onnx",
-            "opset": cfg.opset,
-            "members": loaded.members,
-            "aggregation": contract.AGGREGATION,
-            "parameters": loaded.num_parameters(),
-            "labels": list(loaded.labels),
-            "input_kind": loaded.input_kind,
-            **({"max_length": length} if length is not None else {}),
-            "onnx_bytes": onnx_path.stat().st_size,
-            "parity_examples": report.examples,
-            "parity_max_abs_probs": report.max_abs_diff["probs"],
-            "parity_max_abs_diff": dict(report.max_abs_diff),
-            "parity_argmax_agreement": report.argmax_agreement,
-            "parity_data": examples.spec,
-        }
-    )
-    if loaded.calibration is not None:
-        writer.summary["calibration"] = loaded.calibration.to_dict()
-    writer.summary["loads_with"] = loader
-    if not loader.startswith("optimum"):
-        writer.warn(f"optimum's ORTModel cannot run this export: {loader}")
-    stderr.print(f"[green]parity ok[/green]: {report.describe()}")
-    write_model_card(
-        writer.dir,
-        CardFacts("export", "onnx", writer.summary, source_path, graph_metadata(onnx_path)),
-    )
+        loader = _write_loader_files(loaded, writer.dir)
+        if loaded.input_kind == "text":
+            _write_tokenizer(loaded, length, writer.dir)
+        work.step("checking parity against PyTorch")
+        predictor = Predictor(writer.dir, device=cfg.device, threads=cfg.threads)
+        examples = data if data is not None else synthetic_examples(loaded)
+        report = check_parity(graph, loaded, predictor, examples, cfg.atol, max_length=length)
+        if not report.passed:
+            raise ParityError(
+                f"ONNX output disagrees with PyTorch: {report.describe()}; no artifact written",
+                hint="report this with the model; try another --opset, or loosen --atol only if "
+                "the difference is harmless",
+            )
+        save_parity(writer.dir, report)
+        work.step("measuring its latency")
+        writer.summary["latency"] = measure_latency(
+            predictor, latency_inputs(predictor, examples), cfg.threads
+        )
+        writer.summary.update(
+            {
+                "format": "onnx",
+                "opset": cfg.opset,
+                "members": loaded.members,
+                "aggregation": contract.AGGREGATION,
+                "parameters": loaded.num_parameters(),
+                "labels": list(loaded.labels),
+                "input_kind": loaded.input_kind,
+                **({"max_length": length} if length is not None else {}),
+                "onnx_bytes": onnx_path.stat().st_size,
+                "parity_examples": report.examples,
+                "parity_max_abs_probs": report.max_abs_diff["probs"],
+                "parity_max_abs_diff": dict(report.max_abs_diff),
+                "parity_argmax_agreement": report.argmax_agreement,
+                "parity_data": examples.spec,
+            }
+        )
+        if loaded.calibration is not None:
+            writer.summary["calibration"] = loaded.calibration.to_dict()
+        writer.summary["loads_with"] = loader
+        if not loader.startswith("optimum"):
+            writer.warn(f"optimum's ORTModel cannot run this export: {loader}")
+        stderr.print(f"[green]parity ok[/green]: {report.describe()}")
+        work.step("writing the model card")
+        write_model_card(
+            writer.dir,
+            CardFacts("export", "onnx", writer.summary, source_path, graph_metadata(onnx_path)),
+        )

@@ -83,6 +83,7 @@ def run(model: Path, cfg: PredictConfig, out: Path | None = None, force: bool = 
     from uqcompress.data import load_data
     from uqcompress.export.source import open_source
     from uqcompress.runtime.distributed import rank_device
+    from uqcompress.runtime.planning import PlannedPrediction, is_planning
 
     cfg.validate()
     if out is not None:
@@ -96,6 +97,11 @@ def run(model: Path, cfg: PredictConfig, out: Path | None = None, force: bool = 
         require_labels=False,
         text_pair_column=cfg.text_pair_column,
     )
+    if is_planning():  # uqc predict --dry-run: model and data checked, nothing predicted
+        from uqcompress.engine.sources import peek_source
+
+        peek_source(model, "model")
+        raise PlannedPrediction(len(examples))
     source = open_source(
         model, "model", rank_device(cfg.device), cfg.threads, sample_chunk=cfg.sample_chunk
     )

@@ -452,7 +452,7 @@ def _build(
         rows_for_one_flip,
     )
     from uqcompress.export.runtime import Predictor
-    from uqcompress.runtime.console import stderr, user
+    from uqcompress.runtime.console import activity, stderr, user
 
     source_onnx = artifact.path / contract.ONNX_FILE
     reference = Predictor(artifact.path, device=cfg.device, threads=cfg.threads)
@@ -497,16 +497,23 @@ def _build(
     granularities = [cfg.per_channel] if cfg.per_channel is not None else [True, False]
     if cfg.mode == "fp16":
         granularities = [bool(cfg.per_channel)]  # scales are an int8 notion
-    for per_channel in granularities:
-        how = "" if cfg.mode == "fp16" else ", per channel" if per_channel else ", per tensor"
-        stderr.print(f"[dim]quantizing {user(artifact.path)} ({cfg.mode}{how})...[/dim]")
-        result = _quantize(source_onnx, target, cfg, per_channel, calibration, writer.dir)
-        quantized = Predictor(writer.dir, device=cfg.device, threads=cfg.threads)
-        drift = measure_drift(reference, quantized, gate_batches, labels, ood_batches, cfg.bounds())
-        failed = "; ".join(f"{c.name} {c.value:.4g} (needs {c.bound})" for c in drift.failures())
-        tries.append({"per_channel": per_channel, "passed": drift.passed, "failed": failed})
-        if drift.passed:
-            break
+    with activity(f"quantizing ({cfg.mode})") as work:
+        for per_channel in granularities:
+            how = "" if cfg.mode == "fp16" else ", per channel" if per_channel else ", per tensor"
+            stderr.print(f"[dim]quantizing {user(artifact.path)} ({cfg.mode}{how})...[/dim]")
+            work.step(f"quantizing the graph{how}")
+            result = _quantize(source_onnx, target, cfg, per_channel, calibration, writer.dir)
+            work.step(f"checking drift against the float32 export{how}")
+            quantized = Predictor(writer.dir, device=cfg.device, threads=cfg.threads)
+            drift = measure_drift(
+                reference, quantized, gate_batches, labels, ood_batches, cfg.bounds()
+            )
+            failed = "; ".join(
+                f"{c.name} {c.value:.4g} (needs {c.bound})" for c in drift.failures()
+            )
+            tries.append({"per_channel": per_channel, "passed": drift.passed, "failed": failed})
+            if drift.passed:
+                break
     if not drift.passed:
         said = (
             " | ".join(

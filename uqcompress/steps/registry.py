@@ -54,12 +54,17 @@ class Option:
 
 @dataclass(frozen=True)
 class Plan:
-    """Where a step's artifact would go, and whether an artifact with its id is there."""
+    """Where a step's artifact would go, and whether an artifact with its id is there (a step
+    that writes no artifact, predict: `dest` is its --out file or None for stdout, `kind`
+    "predictions", `id` empty, `examples` the records it would write). `config`: the resolved
+    config it would run with (device and threads resolved)."""
 
-    dest: Path
+    dest: Path | None
     reusable: bool
     kind: str
     id: str
+    config: dict[str, Any] = dataclasses.field(default_factory=dict)
+    examples: int | None = None
 
 
 # None: a step that writes no artifact (predict)
@@ -141,10 +146,13 @@ class Step:
         no artifact, predict). `root`: where an artifact without `out` goes (default:
         $UQC_ARTIFACTS or ./artifacts)."""
         from uqcompress.artifacts.writer import artifacts_root
+        from uqcompress.runtime.console import detail, is_verbose, phase
 
         cfg.validate()  # every problem at once, before any input is read
         cfg = _with_compute(cfg)
-        with artifacts_root(root):
+        if is_verbose():
+            detail(f"uqc {self.name}: {config_line(cfg)}")
+        with artifacts_root(root), phase(f"uqc {self.name}"):
             return self.call(self.step_module(), inputs, cfg, out, force)
 
     def plan(
@@ -157,15 +165,17 @@ class Step:
     ) -> Plan:
         """What `run` would write, without writing, building or downloading anything: the
         step checks its inputs and computes its id as usual, then stops where work starts."""
-        from uqcompress.runtime.planning import PlannedStep, planning
+        from uqcompress.runtime.planning import PlannedPrediction, PlannedStep, planning
 
-        if not self.writes_artifact:
-            raise TypeError(f"step {self.name} writes no artifact: there is nothing to plan")
+        cfg.validate()
+        config = resolved_config(cfg)
         try:
             with planning():
                 self.run(inputs, cfg, out, force, root)
         except PlannedStep as planned:
-            return Plan(planned.dest, planned.reusable, planned.kind, planned.id)
+            return Plan(planned.dest, planned.reusable, planned.kind, planned.id, config)
+        except PlannedPrediction as predicted:
+            return Plan(out, False, "predictions", "", config, predicted.examples)
         raise RuntimeError(f"step {self.name} ran instead of planning")  # skipped the plan
 
     def execute(
@@ -187,6 +197,20 @@ class Step:
         """Raise if the written artifact fails the step's own check (eval --gate: exit 3)."""
         if self.verdict_name is not None:
             getattr(self.step_module(), self.verdict_name)(result)
+
+
+def resolved_config(cfg: Any) -> dict[str, Any]:
+    """The config's fields as the step would run with them (device and threads resolved),
+    JSON-ready (paths as text)."""
+    values = dataclasses.asdict(_with_compute(cfg))
+    return {k: str(v) if isinstance(v, Path) else v for k, v in values.items()}
+
+
+def config_line(cfg: Any) -> str:
+    """The resolved config on one line, `key=value` (markup-safe), for -v."""
+    from uqcompress.runtime.console import user
+
+    return " ".join(f"{k}={user(v)}" for k, v in resolved_config(cfg).items())
 
 
 def _with_compute(cfg: Any) -> Any:
