@@ -177,3 +177,17 @@ def briefly_trained_vit(session_root: Path, tiny_vit_artifact: Path) -> Path:
 
     cfg = finetune.FinetuneConfig(data="builtin:digits@val", epochs=2, lr=3e-3)
     return finetune.run(tiny_vit_artifact, cfg, session_root / "vit-briefly-trained").artifact.path
+
+
+# The modules that take longest run first: xdist's loadscope hands out modules in collection
+# order, so a long module collected last (the family conformance chain, about a third of the
+# suite's time) would run alone at the end while the other worker idles.
+LONGEST_FIRST = ("tests/models/test_family_conformance.py", "tests/docs/test_readme_examples.py")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        path = item.nodeid.split("::")[0]
+        return LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: the order within each group is kept

@@ -33,8 +33,8 @@ def _typer_params(name: str) -> dict[str, tuple[str | None, type, bool, bool, An
     hints = typing.get_type_hints(callback, include_extras=True)
     params = {}
     for pname, parameter in inspect.signature(callback).parameters.items():
-        if pname in ("force", "json_out"):
-            continue
+        if pname in ("force", "json_out", "dry_run", "verbose", "quiet"):
+            continue  # how the command runs and talks, not options of the step
         hint = hints[pname]
         info = next(m for m in hint.__metadata__ if isinstance(m, typer.models.ParameterInfo))
         kind, many = _base(typing.get_args(hint)[0])

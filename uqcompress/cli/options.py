@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -38,24 +39,20 @@ OutFile = Annotated[
 ForceFile = Annotated[bool, typer.Option("--force", help="Replace an existing --out file.")]
 
 
-def _set_verbose(ctx: typer.Context, value: bool) -> bool:
-    from uqcompress.runtime.console import VERBOSE, set_verbosity
+def _verbosity_setter(level: str, other: str) -> Callable[[typer.Context, bool], bool]:
+    """The callback of -v or -q: sets the verbosity `level` names (runtime.console) when the
+    flag is given, and refuses it beside the `other` one."""
 
-    if value:
-        if ctx.params.get("quiet"):
-            raise typer.BadParameter("-v/--verbose and -q/--quiet exclude each other")
-        set_verbosity(VERBOSE)
-    return value
+    def set_level(ctx: typer.Context, value: bool) -> bool:
+        from uqcompress.runtime import console
 
+        if value:
+            if ctx.params.get(other):
+                raise typer.BadParameter("-v/--verbose and -q/--quiet exclude each other")
+            console.set_verbosity(getattr(console, level))
+        return value
 
-def _set_quiet(ctx: typer.Context, value: bool) -> bool:
-    from uqcompress.runtime.console import QUIET, set_verbosity
-
-    if value:
-        if ctx.params.get("verbose"):
-            raise typer.BadParameter("-v/--verbose and -q/--quiet exclude each other")
-        set_verbosity(QUIET)
-    return value
+    return set_level
 
 
 # Set as they are parsed (eager), so they hold before the command body, whatever it is.
@@ -65,7 +62,7 @@ Verbose = Annotated[
         "-v",
         "--verbose",
         help="Also print each phase of the work and its cost (resolved config, inputs, time).",
-        callback=_set_verbose,
+        callback=_verbosity_setter("VERBOSE", other="quiet"),
         is_eager=True,
     ),
 ]
@@ -76,7 +73,7 @@ Quiet = Annotated[
         "--quiet",
         help="Print nothing on stderr but errors: no progress, tables or warnings (warnings "
         "stay in the manifest). stdout is unchanged.",
-        callback=_set_quiet,
+        callback=_verbosity_setter("QUIET", other="verbose"),
         is_eager=True,
     ),
 ]
