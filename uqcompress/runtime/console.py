@@ -52,10 +52,6 @@ def set_verbosity(level: int) -> None:
     stderr.quiet = level <= QUIET
 
 
-def verbosity() -> int:
-    return _level
-
-
 def is_verbose() -> bool:
     return _level >= VERBOSE
 
@@ -79,8 +75,13 @@ def phase(what: str) -> Iterator[None]:
         yield
         outcome = "took"
     finally:
-        seconds = time.perf_counter() - start
-        stderr.print(f"[dim]  {what} {outcome} {seconds:.2f} s[/dim]", soft_wrap=True)
+        _timed_line(what, outcome, start)
+
+
+def _timed_line(what: str, outcome: str, start: float) -> None:
+    """`  WHAT took|failed after N s`, the line -v prints when a phase ends."""
+    seconds = time.perf_counter() - start
+    stderr.print(f"[dim]  {what} {outcome} {seconds:.2f} s[/dim]", soft_wrap=True)
 
 
 def error_line(markup: str) -> None:
@@ -156,8 +157,7 @@ class Activity:
 
     def _finish(self, outcome: str) -> None:
         if self.current is not None and is_verbose():
-            seconds = time.perf_counter() - self.started
-            stderr.print(f"[dim]  {self.current} {outcome} {seconds:.2f} s[/dim]", soft_wrap=True)
+            _timed_line(self.current, outcome, self.started)
         self.current = None
 
 

@@ -202,15 +202,20 @@ class Step:
 def resolved_config(cfg: Any) -> dict[str, Any]:
     """The config's fields as the step would run with them (device and threads resolved),
     JSON-ready (paths as text)."""
-    values = dataclasses.asdict(_with_compute(cfg))
+    return _fields(_with_compute(cfg))
+
+
+def _fields(cfg: Any) -> dict[str, Any]:
+    values = dataclasses.asdict(cfg)
     return {k: str(v) if isinstance(v, Path) else v for k, v in values.items()}
 
 
-def config_line(cfg: Any) -> str:
-    """The resolved config on one line, `key=value` (markup-safe), for -v."""
+def config_line(resolved: Any) -> str:
+    """An already resolved config (as `run` holds it) on one line, `key=value` (markup-safe),
+    for -v."""
     from uqcompress.runtime.console import user
 
-    return " ".join(f"{k}={user(v)}" for k, v in resolved_config(cfg).items())
+    return " ".join(f"{k}={user(v)}" for k, v in _fields(resolved).items())
 
 
 def _with_compute(cfg: Any) -> Any:
