@@ -78,6 +78,9 @@ def test_verbose_says_the_config_and_what_each_phase_cost(cli, vit: Path, tmp_pa
     assert "uqc eval: " in result.err and "batch_size=" in result.err and "device=cpu" in result.err
     for phase in ("read builtin:digits@test took", "build and install eval", "uqc eval took"):
         assert phase in result.err, phase
+    planned = cli("eval", vit, "--data", "builtin:digits@test", "-v", "--dry-run")
+    assert planned.code == 0 and "plan: uqc eval would" in planned.err
+    assert "failed" not in planned.err  # a plan is not a failed run
     both = cli("eval", vit, "--data", "builtin:digits@test", "-v", "-q")
     assert both.code == 2 and "exclude each other" in both.err
 

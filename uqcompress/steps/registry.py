@@ -12,6 +12,7 @@ nothing (`uqc --help` imports no step, and no step module imports torch at its t
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import types
@@ -147,12 +148,16 @@ class Step:
         $UQC_ARTIFACTS or ./artifacts)."""
         from uqcompress.artifacts.writer import artifacts_root
         from uqcompress.runtime.console import detail, is_verbose, phase
+        from uqcompress.runtime.planning import is_planning
 
         cfg.validate()  # every problem at once, before any input is read
         cfg = _with_compute(cfg)
-        if is_verbose():
+        # A dry run stops by raising its plan, which is no failure to time; it prints the
+        # config itself.
+        timed = contextlib.nullcontext() if is_planning() else phase(f"uqc {self.name}")
+        if is_verbose() and not is_planning():
             detail(f"uqc {self.name}: {config_line(cfg)}")
-        with artifacts_root(root), phase(f"uqc {self.name}"):
+        with artifacts_root(root), timed:
             return self.call(self.step_module(), inputs, cfg, out, force)
 
     def plan(
