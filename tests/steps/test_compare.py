@@ -52,7 +52,10 @@ def test_compare_tabulates_each_eval_with_latency_ratios(cli, two_evals: list[Pa
     assert float(rows[0]["acc"]) == table["rows"][0]["acc"]
     markdown = (path / "comparison.md").read_text().splitlines()
     assert markdown[0].startswith("| model | acc |") and len(markdown) == 4
-    assert (path / "comparison.png").stat().st_size > 0
+    import matplotlib.image
+
+    height, width = matplotlib.image.imread(str(path / "comparison.png")).shape[:2]
+    assert width >= 1600 and height >= 600  # a grid of legible panels, not a strip
     assert open_artifact(path, expect_kind="compare").manifest.summary["baseline"] == "second"
 
 

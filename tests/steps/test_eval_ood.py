@@ -148,6 +148,13 @@ def test_eval_with_ood_reports_detection_metrics(
     assert summary["ood.photo-patches.entropy.aupr"] == pytest.approx(
         average_precision_score(is_out, entropy), abs=1e-6
     )
+    # each example's scores are kept for `uqc compare`'s histograms, in example order
+    from uqcompress.steps.eval import SCORES_FILE, read_scores
+
+    kept_in, kept_ood = read_scores(path / SCORES_FILE)
+    assert set(kept_in) == set(SCORES) and set(kept_ood) == {"photo-patches"}
+    np.testing.assert_allclose(kept_in["entropy"], _entropy(p_in), atol=1e-5)
+    np.testing.assert_allclose(kept_ood["photo-patches"]["msp"], 1 - p_out.max(axis=1), atol=1e-5)
     assert summary["ood.photo-patches.msp.auroc"] == pytest.approx(
         roc_auc_score(is_out, msp), abs=1e-6
     )

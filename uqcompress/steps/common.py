@@ -219,7 +219,8 @@ def train_into(
     )
     warnings += tuned.warnings
     save_model(tuned.loaded, directory)
-    warnings += write_history(tuned.result, directory, description)
+    model = Path(str(source.path)).resolve().name
+    warnings += write_history(tuned.result, directory, model, description, train_data.spec)
     summary = {**tuned.notes, **model_summary(tuned.loaded)}
     summary.update(training_summary(tuned.result, train_cfg, len(train_data)))
     return summary, warnings
@@ -229,10 +230,11 @@ HISTORY_FILE = "history.jsonl"
 HISTORY_PLOT = "history.png"
 
 
-def write_history(result: Any, directory: Path, title: str) -> list[str]:
+def write_history(result: Any, directory: Path, model: str, step: str, data: str) -> list[str]:
     """Write the run's per-epoch history (`history.jsonl`: one JSON object per epoch with
-    epoch, steps, lr, train_loss and the val_ metrics) and its curves (`history.png`) into
-    `directory`; returns warnings (a plot that could not be drawn)."""
+    epoch, steps, lr, train_loss and the val_ metrics) and its curves (`history.png`, titled
+    with the `model` trained, the `step` and its training `data`) into `directory`; returns
+    warnings (a plot that could not be drawn)."""
     import json
 
     if not result.history:
@@ -243,7 +245,9 @@ def write_history(result: Any, directory: Path, title: str) -> list[str]:
     try:
         from uqcompress.uq.plots import save_training_curves
 
-        save_training_curves(result.history, directory / HISTORY_PLOT, title, result.best_epoch)
+        save_training_curves(
+            result.history, directory / HISTORY_PLOT, model, step, data, result.best_epoch
+        )
     except ImportError as exc:  # matplotlib missing: the history itself is written
         return [f"{HISTORY_PLOT} was not drawn ({exc}); {HISTORY_FILE} holds the numbers"]
     return []

@@ -10,6 +10,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from uqcompress.artifacts import ArtifactWriter, OutputPlan, SourceRef
 from uqcompress.errors import ConfigError, IncompatibleInputError
 from uqcompress.steps import config as fields
@@ -89,7 +91,7 @@ def run(
         (writer.dir / "comparison.json").write_text(json.dumps(table, indent=2) + "\n")
         (writer.dir / "comparison.md").write_text(to_markdown(table))
         (writer.dir / "comparison.csv").write_text(to_csv(table))
-        _figure([a.path for a in artifacts], [r.name for r in rows], writer.dir / "comparison.png")
+        _figure(artifacts, [r.name for r in rows], writer.dir / "comparison.png")
         writer.summary.update(
             {"models": [r.name for r in rows], "baseline": rows[cfg.baseline].name}
         )
@@ -188,22 +190,31 @@ def to_csv(table: dict[str, Any]) -> str:
     return buffer.getvalue()
 
 
-def _figure(eval_dirs: list[Path], names: list[str], path: Path) -> None:
-    """One row per model: its reliability diagram and, when it had OOD sets, its OOD score
-    histograms (the eval artifact's own PNGs, composed into one figure)."""
-    from uqcompress.uq.plots import _pyplot, _save
+def _figure(artifacts: list[Any], names: list[str], path: Path) -> None:
+    """Every model's headline numbers, reliability diagram and OOD histograms in one
+    figure, drawn from the eval artifacts' numbers (`uq.compare_plot`)."""
+    from uqcompress.steps.eval import SCORES_FILE, read_scores
+    from uqcompress.uq.compare_plot import ComparedModel, save_comparison
+    from uqcompress.uq.plots import HEADLINE_SCORE
 
-    plt = _pyplot()
-    fig, axes = plt.subplots(len(eval_dirs), 2, figsize=(10, 4 * len(eval_dirs)), squeeze=False)
-    for row, (directory, name) in enumerate(zip(eval_dirs, names, strict=True)):
-        for col, file in enumerate(("reliability.png", "ood_scores.png")):
-            axis = axes[row][col]
-            axis.axis("off")
-            image = directory / file
-            if image.is_file():
-                axis.imshow(plt.imread(str(image)))
-                axis.set_title(f"{name}: {file.removesuffix('.png').replace('_', ' ')}")
-            else:
-                axis.set_title(f"{name}: no OOD data")
-    fig.tight_layout()
-    _save(fig, path)
+    models = []
+    for artifact, name in zip(artifacts, names, strict=True):
+        bins_file, scores_file = artifact.path / "reliability.json", artifact.path / SCORES_FILE
+        bins = None
+        if bins_file.is_file():
+            raw = json.loads(bins_file.read_text())
+            bins = {k: np.array([np.nan if v is None else v for v in raw[k]]) for k in raw}
+        in_entropy, ood_entropy = None, {}
+        if scores_file.is_file():  # evals of earlier releases kept no per-example scores
+            in_scores, ood_scores = read_scores(scores_file)
+            in_entropy = in_scores.get(HEADLINE_SCORE)
+            ood_entropy = {
+                s: v[HEADLINE_SCORE] for s, v in ood_scores.items() if HEADLINE_SCORE in v
+            }
+        metrics = json.loads(artifact.file("metrics.json").read_text())
+        models.append(ComparedModel(name, metrics, bins, in_entropy, ood_entropy))
+    data = next(
+        (e.get("spec") or e.get("name") for e in artifacts[0].manifest.data if e["role"] == "eval"),
+        "the test data",
+    )
+    save_comparison(models, str(data), path)

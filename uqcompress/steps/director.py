@@ -135,7 +135,7 @@ def run(
             writer.warn(dropped)
         checkpoint = checkpointing(cfg, writer)
         writer.summary.update(
-            _distill(teacher, cfg, train_cfg, train_data, val_data, writer, checkpoint)
+            _distill(teacher, cfg, train_cfg, train_data, val_data, writer, checkpoint, source.path)
         )
 
     return build_or_reuse(plan, out, force, build)
@@ -149,9 +149,10 @@ def _distill(
     val_data: Any,
     writer: Any,
     checkpoint: Any,
+    source_path: Any,
 ) -> dict[str, Any]:
     """Distil (methods/director_distill.py), save the student into the artifact, and
-    summarise the run."""
+    summarise the run (the history plot names the teacher at `source_path`)."""
     from uqcompress.data.encoding import check_input_kind
     from uqcompress.methods.director import LossWeights
     from uqcompress.methods.director_distill import distill
@@ -196,6 +197,7 @@ def _distill(
             "distill_loss_curve": [round(sum(s) / len(s), 6) for s in per_step_curve],
         }
     )
-    for warning in write_history(result, writer.dir, "distill-director"):
+    model = Path(str(source_path)).resolve().name
+    for warning in write_history(result, writer.dir, model, "distill-director", train_data.spec):
         writer.warn(warning)
     return summary

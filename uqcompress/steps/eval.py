@@ -16,6 +16,9 @@ from uqcompress.steps import config as fields
 from uqcompress.steps.common import StepResult, build_or_reuse
 
 ECE_BINS = 15
+RELIABILITY_PLOT = "reliability.png"
+OOD_PLOT = "ood_scores.png"
+SCORES_FILE = "uncertainty_scores.safetensors"  # each example's scores, for `uqc compare`
 
 
 @dataclass(frozen=True)
@@ -224,22 +227,57 @@ def run(
         (writer.dir / "reliability.json").write_text(
             json.dumps({k: _jsonable(v) for k, v in bins.items()}, indent=2) + "\n"
         )
-        save_reliability_diagram(
-            bins, writer.dir / "reliability.png", title=f"reliability on {data.spec}"
-        )
+        model_name = display_name(model_paths)
+        save_reliability_diagram(bins, writer.dir / RELIABILITY_PLOT, model_name, data.spec)
+        write_scores(writer.dir / SCORES_FILE, in_scores, ood_scores)
         if ood_scores:
-            save_ood_histograms(
-                in_scores,
-                ood_scores,
-                writer.dir / "ood_scores.png",
-                title=f"uncertainty scores: {data.name} vs OOD",
-            )
+            save_ood_histograms(in_scores, ood_scores, writer.dir / OOD_PLOT, model_name, data.spec)
         writer.extra_config["labels"] = labels
         writer.summary.update(metrics)
         if bounds:
             writer.summary["gate"] = evaluate_gate(bounds, metrics)
 
     return build_or_reuse(plan, out, force, build)
+
+
+def display_name(model_paths: list[Path]) -> str:
+    """How plots name the model: its directory's name; a deep ensemble's first member's
+    and how many more."""
+    names = [Path(p).resolve().name for p in model_paths]
+    return names[0] if len(names) == 1 else f"{names[0]} + {len(names) - 1} more"
+
+
+def write_scores(
+    path: Path, in_scores: dict[str, np.ndarray], ood_scores: dict[str, dict[str, np.ndarray]]
+) -> None:
+    """Keep each example's uncertainty scores (float32 safetensors: `in/<score>` and
+    `ood/<set>/<score>`) so `uqc compare` can draw the histograms from numbers.
+
+    Shape:
+        - in_scores: score -> ``[N]``; ood_scores: set -> score -> ``[N_set]``.
+    """
+    from safetensors.numpy import save_file
+
+    tensors = {f"in/{k}": np.ascontiguousarray(v, np.float32) for k, v in in_scores.items()}
+    for set_name, scores in ood_scores.items():
+        for k, v in scores.items():
+            tensors[f"ood/{set_name}/{k}"] = np.ascontiguousarray(v, np.float32)
+    save_file(tensors, str(path))
+
+
+def read_scores(path: Path) -> tuple[dict[str, np.ndarray], dict[str, dict[str, np.ndarray]]]:
+    """What `write_scores` wrote: (in-distribution scores, OOD set -> scores)."""
+    from safetensors.numpy import load_file
+
+    in_scores: dict[str, np.ndarray] = {}
+    ood_scores: dict[str, dict[str, np.ndarray]] = {}
+    for key, values in load_file(str(path)).items():
+        if key.startswith("in/"):
+            in_scores[key[3:]] = values
+        elif key.startswith("ood/"):
+            set_name, score = key[4:].rsplit("/", 1)
+            ood_scores.setdefault(set_name, {})[score] = values
+    return in_scores, ood_scores
 
 
 def _threads(threads: int | None) -> int:
