@@ -1,4 +1,4 @@
-"""One test per row of the README's bad-input table: exit 1, one line, nothing written."""
+"""One test per row of docs/bad-input.md's table: exit 1, one line, nothing written."""
 
 from __future__ import annotations
 
@@ -1145,7 +1145,7 @@ ROWS: dict[str, tuple[Case, str]] = {
         lambda t, f: _i26msgs_recipe(
             t, '[steps.e]\nrun = "eval"\nmodel = "@init"\nmodels = ["@init"]\ndata = "x.csv"\n'
         ),
-        "steps.e.model: model and models are the same key (the model input)",
+        "steps.e.model: model and models are the same key (one input of uqc eval)",
     ),
     "a recipe step of one model given several": (
         lambda t, f: _i26msgs_recipe(

@@ -175,3 +175,39 @@ def test_score_config_reports_every_problem_in_the_old_order() -> None:
         "--ood is used by --method headmap and greedy-circuit only",
         "--calib-pool is used by --method headmap only (it keeps the pool's lowest-loss examples)",
     ]
+
+
+@pytest.mark.parametrize("name", ["taylor", "hies"])
+def test_gradient_scorers_report_each_backward_pass(name: str) -> None:
+    """score shows a bar over the calibration batches: (done, total) after each one."""
+    from tests.methods.test_scoring import LABELS, TEXTS, text_batches
+
+    loaded = tiny_bert()
+    batches = text_batches(loaded, TEXTS, LABELS, batch_size=2)
+    reports: list[tuple[str, int, int]] = []
+
+    @contextmanager
+    def progress(label: str) -> Iterator[Progress]:
+        yield lambda done, total: reports.append((label, done, total))
+
+    options = {
+        "alpha": 0.5,
+        "his_abs": "sample",
+        "norm_scope": "global",
+        "taylor_layer_l2": False,
+        "taylor_minmax": False,
+    }
+    request = ScoreRequest(
+        loaded=loaded,
+        options=options,
+        calibration=lambda: batches,
+        encode=lambda *_: batches,
+        examples=6,
+        ood=None,
+        gather=None,
+        progress=progress,
+    )
+    scorer = registry.find(name)
+    assert scorer is not None
+    scorer.score(request)
+    assert reports == [(f"{name}: backward passes", i, 3) for i in (1, 2, 3)]

@@ -390,7 +390,7 @@ EVAL = '[steps.e]\nrun = "eval"\nmodels = ["@init"]\ndata = "x.csv"\n'
     [
         (
             INIT + '[steps.t]\nrun = "finetune"\nmodel = ["@init", "@init"]\ndata = "x.csv"\n',
-            "steps.t.model: takes one value, got a list",
+            "steps.t.model: uqc finetune takes one model, got 2",
         ),
         (
             INIT + '[steps."a.b"]\nrun = "eval"\nmodels = ["@init"]\ndata = "x.csv"\n',

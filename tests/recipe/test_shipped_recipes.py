@@ -44,6 +44,7 @@ def test_recipe_passes_the_check(path: Path) -> None:
     assert f"uqc run recipes/{path.name}" in text, "the header says how to run it"
     recipe = load_recipe(path)  # raises RecipeError listing every problem
     assert recipe.gate is not None and recipe.gate.bounds, "every shipped recipe has a gate"
+    assert recipe.deprecations == [], "shipped recipes use today's key vocabulary"
 
 
 def test_compare_recipe_runs_every_method(cli: Callable[..., Any], tmp_path: Path) -> None:

@@ -135,3 +135,18 @@ def test_an_error_line_prints_under_quiet(terminal: Any) -> None:
     console.error_line("error: what was wrong")
     assert terminal.export_text().strip() == "error: what was wrong"
     assert console.stderr.quiet  # still quiet after the error
+
+
+def test_counter_shows_work_its_caller_counts(terminal: Any) -> None:
+    from uqcompress.runtime import console
+
+    with console.counter("greedy-circuit search") as report:
+        for done in range(1, 6):
+            report(done, 5)
+    shown = terminal.file.getvalue()
+    assert "greedy-circuit search" in shown and "5/5" in shown
+    console.set_verbosity(console.QUIET)
+    terminal.file.truncate(0)
+    with console.counter("quiet search") as report:
+        report(1, 1)
+    assert terminal.file.getvalue() == ""

@@ -68,6 +68,10 @@ def run_recipe(
     from uqcompress.runtime.console import stderr, user
 
     checked = load_recipe(recipe, set_ or [])
+    for line in checked.deprecations:
+        stderr.print(
+            f"[yellow]warning:[/yellow] recipe {user(recipe)} {user(line)}", highlight=False
+        )
     failed: GateFailed | None = None
     report: RunReport | None
     try:

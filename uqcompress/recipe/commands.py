@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from uqcompress.steps.registry import STEPS
+from uqcompress.steps.registry import STEPS, Role
 from uqcompress.steps.registry import Option as Param  # a recipe key: an option of the step
 
 # Steps that write one artifact and can be a recipe step (`run` and `demo` orchestrate,
@@ -30,6 +30,28 @@ RESERVED = {
 class Command:
     name: str
     params: dict[str, Param]
+    roles: tuple[Role, ...] = ()
+
+    def spellings(self) -> dict[str, str]:
+        """Recipe key -> option key: every option by its key, an input role by its recipe
+        name (`model` for eval's models and fuse's members)."""
+        keys = {key: key for key, param in self.params.items() if not param.role}
+        keys.update({role.recipe_name: role.key for role in self.roles})
+        return keys
+
+    def old_spellings(self) -> dict[str, str]:
+        """Old recipe key -> the recipe key to write instead (accepted for one release):
+        a role's own key where its recipe name differs, and `models` for `model`."""
+        old = {role.key: role.recipe_name for role in self.roles if role.key != role.recipe_name}
+        if "model" in self.spellings() and "models" not in self.params:
+            old.setdefault("models", "model")
+        return old
+
+    def option_key(self, recipe_key: str) -> str:
+        """The option a recipe key sets (itself when it is none: the check reports it)."""
+        spelled = self.spellings()
+        new = self.old_spellings().get(recipe_key, recipe_key)
+        return spelled.get(new, recipe_key)
 
     def argv(self, values: dict[str, Any]) -> list[str]:
         """The `uqc` command line a step equals (shown in `uqc run --json`), for already
@@ -58,4 +80,5 @@ class Command:
 @cache
 def command(name: str) -> Command:
     """The recipe view of `uqc <name>`; KeyError if it is not a step command."""
-    return Command(name=name, params=dict(STEPS[name].options()))
+    step = STEPS[name]
+    return Command(name=name, params=dict(step.options()), roles=step.inputs)

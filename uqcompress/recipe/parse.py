@@ -24,10 +24,6 @@ VARIABLE = re.compile(r"\$\{vars\.([A-Za-z0-9_-]+)\}")
 # ("-1", "-0.5", "-1,1") and "-" (refused on its own) are not.
 OPTION_LIKE = re.compile(r"-[^\d.]")
 TOP_LEVEL = ("vars", "steps", "gate")
-# One key for the model input of every step: `model` and `models` are the same key (eval
-# takes one model or a list; quantize, export, finetune ... take one), the step's own
-# spelling is what it records.
-MODEL_KEYS = {"model": "models", "models": "model"}
 GATE_KEYS = ("step", "baseline")  # the rest of [gate] are metric bounds
 RATIO_METRICS = ("params_ratio", "flops_ratio")  # need gate.baseline
 
@@ -60,6 +56,8 @@ class Recipe:
     variables: dict[str, Any]
     steps: list[Step]  # in run order: file order, moved after the steps they reference
     gate: Gate | None
+    # old spellings the recipe used (accepted for one release): one line each for stderr
+    deprecations: list[str] = field(default_factory=list)
 
 
 class RecipeError(ConfigError):
@@ -96,12 +94,13 @@ def load_recipe(path: Path, overrides: list[str] | None = None) -> Recipe:
         if key not in TOP_LEVEL:
             problems.append(f"{key}: unknown table (a recipe has {', '.join(TOP_LEVEL)})")
     variables = _variables(raw.get("vars", {}), problems)
-    steps = _steps(raw.get("steps"), variables, problems)
+    deprecations: list[str] = []
+    steps = _steps(raw.get("steps"), variables, problems, deprecations)
     ordered = _order(steps, problems)
     gate = _gate(raw.get("gate"), steps, problems)
     if problems:
         raise RecipeError(path, problems)
-    return Recipe(path=path, variables=variables, steps=ordered, gate=gate)
+    return Recipe(path, variables, ordered, gate, deprecations)
 
 
 # --- overrides ------------------------------------------------------------------------------
@@ -134,10 +133,11 @@ def _apply_overrides(raw: dict[str, Any], overrides: list[str], problems: list[s
                 problems.append(f"{where}: no step {parts[1]!r} (steps: {known or 'none'})")
             elif parts[2] == "run":
                 problems.append(f"{where}: a step's command cannot be overridden")
-            else:
-                other = MODEL_KEYS.get(parts[2], "")
-                name = other if other in step and parts[2] not in step else parts[2]
-                step[name] = _option_text(step, name, text)
+            else:  # the key the recipe already spells this option with, if any
+                target = _option_key(step, parts[2])
+                same = [k for k in step if k != "run" and _option_key(step, k) == target]
+                name = parts[2] if parts[2] in step or not same else same[0]
+                step[name] = _option_text(step, target, text)
         elif parts[0] == "gate" and len(parts) >= 2:  # metric keys have dots themselves
             gate = raw.setdefault("gate", {})
             if isinstance(gate, dict):
@@ -148,6 +148,12 @@ def _apply_overrides(raw: dict[str, Any], overrides: list[str], problems: list[s
             problems.append(
                 f"{where}: no such key (override vars.NAME, steps.STEP.OPTION or gate.METRIC)"
             )
+
+
+def _option_key(step: dict[str, Any], key: str) -> str:
+    """The option of the step's command that recipe key `key` sets."""
+    run = step.get("run")
+    return command(run).option_key(key) if run in STEP_COMMANDS else key
 
 
 def _option_text(step: dict[str, Any], key: str, text: str) -> Any:
@@ -188,7 +194,9 @@ def _variables(raw: Any, problems: list[str]) -> dict[str, Any]:
     return dict(raw)
 
 
-def _steps(raw: Any, variables: dict[str, Any], problems: list[str]) -> list[Step]:
+def _steps(
+    raw: Any, variables: dict[str, Any], problems: list[str], deprecations: list[str]
+) -> list[Step]:
     if not isinstance(raw, dict) or not raw:
         problems.append("steps: a recipe needs at least one [steps.NAME] table")
         return []
@@ -219,41 +227,32 @@ def _steps(raw: Any, variables: dict[str, Any], problems: list[str]) -> list[Ste
             continue
         cmd = command(run)
         step = Step(name=name, command=run, values={})
-        for key, value in table.items():
-            if key == "run":
-                continue
+        options, written_as = _respelled(table, cmd, where, problems, deprecations)
+        for key, value in options.items():
+            written = written_as[key]
             if key in RESERVED:
-                problems.append(f"{where}.{key}: set by the runner ({RESERVED[key]})")
+                problems.append(f"{where}.{written}: set by the runner ({RESERVED[key]})")
                 continue
-            written = key
             param = cmd.params.get(key)
-            alias = MODEL_KEYS.get(key)
-            if param is None and alias in cmd.params and cmd.params[alias].role:
-                if alias in table:
-                    problems.append(
-                        f"{where}.{key}: {key} and {alias} are the same key (the model input); "
-                        f"give it once, e.g. model = ..."
-                    )
-                    continue
-                key, param = alias, cmd.params[alias]
-                if not param.many and isinstance(value, list) and len(value) > 1:
-                    problems.append(
-                        f"{where}.{written}: uqc {run} takes one model, got {len(value)} "
-                        '(write model = "@step"; one step per model, or fuse them first)'
-                    )
-                    continue
             if param is None:
-                options = ", ".join(cmd.params)
-                problems.append(f"{where}.{key}: not an option of uqc {run} (options: {options})")
+                known = ", ".join(cmd.spellings())
+                problems.append(f"{where}.{written}: not an option of uqc {run} (options: {known})")
+                continue
+            if param.role and not param.many and isinstance(value, list) and len(value) > 1:
+                problems.append(
+                    f"{where}.{written}: uqc {run} takes one model, got {len(value)} "
+                    '(write model = "@step"; one step per model, or fuse them first)'
+                )
                 continue
             expanded = _expand(value, variables, f"{where}.{written}", problems)
             checked = _check(expanded, param, f"{where}.{written}", problems)
             if checked is not None:
                 step.values[key] = checked
+        recipe_names = {v: k for k, v in cmd.spellings().items()}
         for param in cmd.params.values():
-            given = param.key in table or MODEL_KEYS.get(param.key, "") in table
-            if param.required and not given:
-                problems.append(f"{where}: missing {param.key!r} (uqc {run} requires it)")
+            if param.required and param.key not in options:
+                shown = recipe_names.get(param.key, param.key)
+                problems.append(f"{where}: missing {shown!r} (uqc {run} requires it)")
         steps.append(step)
     names = {s.name for s in steps} | {n for n in raw if isinstance(raw[n], dict)}
     for step in steps:
@@ -267,6 +266,47 @@ def _steps(raw: Any, variables: dict[str, Any], problems: list[str]) -> list[Ste
                 elif ref.step not in step.needs:
                     step.needs.append(ref.step)
     return steps
+
+
+def _respelled(
+    table: dict[str, Any], cmd: Any, where: str, problems: list[str], deprecations: list[str]
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """A step table's keys as its command's options: the recipe vocabulary (`model` for
+    the models a step reads, `members` only a count; `commands.Command.spellings`) and old
+    spellings (with a line in `deprecations`) mapped to option keys, and a role its
+    fallback key fills (prune's `scores` alone). Returns (value by option key, the key the
+    recipe wrote for each); a key given twice under two spellings is a problem."""
+    spelled, old = cmd.spellings(), cmd.old_spellings()
+    options: dict[str, Any] = {}
+    written_as: dict[str, str] = {}
+    for key, value in table.items():
+        if key == "run":
+            continue
+        if key not in spelled and key in old:
+            role = next((r for r in cmd.roles if r.key == spelled[old[key]]), None)
+            write = f"{old[key]} = ..."
+            if role is not None and role.recipe_fallback:  # prune: usually its scores
+                write = f"{role.recipe_fallback} = ..., or {old[key]} = ... with it"
+            deprecations.append(
+                f"{where}.{key}: '{key}' is the old spelling of '{old[key]}' "
+                f"(accepted until the next release; write {write})"
+            )
+        target = spelled.get(old.get(key, key), key) if key not in spelled else spelled[key]
+        if target in options:
+            first = written_as[target]
+            spelling = next((k for k, v in spelled.items() if v == target), target)
+            problems.append(
+                f"{where}.{first}: {first} and {key} are the same key (one input of uqc "
+                f"{cmd.name}); give it once, as {spelling} = ..."
+            )
+            continue
+        options[target], written_as[target] = value, key
+    for role in cmd.roles:
+        fallback = role.recipe_fallback
+        if fallback and role.key not in options and spelled.get(fallback) in options:
+            moved = spelled[fallback]
+            options[role.key], written_as[role.key] = options.pop(moved), written_as.pop(moved)
+    return options, written_as
 
 
 def _expand(value: Any, variables: dict[str, Any], where: str, problems: list[str]) -> Any:

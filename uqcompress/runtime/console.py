@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -104,8 +104,19 @@ def _shows_live() -> bool:
 def track(items: Iterable[T], description: str, total: int | None = None) -> Iterator[T]:
     """`items`, with a transient progress bar on stderr while they are consumed (none off a
     terminal, under -q, or inside another live display such as training's bar)."""
+    with counter(description) as report:
+        for done, item in enumerate(items, 1):
+            yield item
+            report(done, total)
+
+
+@contextmanager
+def counter(description: str) -> Iterator[Callable[[int, int | None], None]]:
+    """`with counter("greedy-circuit search") as report: report(done, total)`: a transient
+    bar on stderr for work counted by its caller (nothing off a terminal, under -q, or
+    inside another live display; `report` then does nothing)."""
     if not _shows_live():
-        yield from items
+        yield lambda done, total: None
         return
     from rich.errors import LiveError
     from rich.progress import (
@@ -114,6 +125,7 @@ def track(items: Iterable[T], description: str, total: int | None = None) -> Ite
         Progress,
         TextColumn,
         TimeElapsedColumn,
+        TimeRemainingColumn,
     )
 
     progress = Progress(
@@ -121,19 +133,18 @@ def track(items: Iterable[T], description: str, total: int | None = None) -> Ite
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
+        TimeRemainingColumn(),
         console=stderr,
         transient=True,
     )
     try:
         progress.start()
-    except LiveError:  # a display is already live (validation inside a training run)
-        yield from items
+    except LiveError:
+        yield lambda done, total: None
         return
     try:
-        task = progress.add_task(description, total=total)
-        for item in items:
-            yield item
-            progress.advance(task)
+        task = progress.add_task(description, total=None)
+        yield lambda done, total: progress.update(task, completed=done, total=total)
     finally:
         progress.stop()
 

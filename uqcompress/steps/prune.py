@@ -363,7 +363,10 @@ def _run_members(
         batch = synthetic_batch(base)
         pairs = []
         parameters = []
-        for m, keep in enumerate(keeps):
+        from uqcompress.runtime.console import track
+
+        members = track(enumerate(keeps), "pruning members", total=len(keeps))
+        for m, keep in members:
             # A copy of the already-loaded base: no second read and hash of the checkpoint.
             member = copy.deepcopy(base)
             gated = _gated_logits(member, keep, batch)

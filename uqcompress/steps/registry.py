@@ -32,12 +32,23 @@ OUT = "out"  # every step's output folder option
 class Role:
     """An input of a step: artifact (or transformers directory) paths it reads."""
 
-    key: str  # the recipe key and CLI argument name: "model", "models", "input"
+    key: str  # the CLI argument name and the step's own name for it: "model", "models"
     many: bool = False  # several paths (a variadic argument)
     required: bool = True
     flag: str | None = None  # given as an option (prune --scores); None: a positional argument
     help: str = "Model artifact or transformers dir ('-': stdin)."  # the argument's --help
     metavar: str | None = None  # as --help names it (default: the key in capitals)
+    # What a recipe calls it, when not `key`: one vocabulary across steps (`model` is the
+    # model or models a step reads; `members` is only ever a count). `key` is then an old
+    # spelling, accepted with a deprecation line for one release.
+    recipe_key: str | None = None
+    # A recipe key that fills this role when the recipe does not name it: prune's `scores`
+    # alone is its input (the model comes from the scores' lineage).
+    recipe_fallback: str | None = None
+
+    @property
+    def recipe_name(self) -> str:
+        return self.recipe_key or self.key
 
 
 @dataclass(frozen=True)
@@ -332,6 +343,8 @@ STEPS: dict[str, Step] = {
                     help="A scores artifact (its model is found through its lineage), or a "
                     "model with --scores ('-': stdin).",
                     metavar="INPUT",
+                    recipe_key="model",
+                    recipe_fallback="scores",
                 ),
                 Role(
                     "scores",
@@ -353,6 +366,7 @@ STEPS: dict[str, Step] = {
                     help="A members artifact (uqc prune --members M), or several pruned model "
                     "artifacts of one base ('-': read one path from stdin).",
                     metavar="MEMBERS...",
+                    recipe_key="model",
                 ),
             ),
             lambda m, i, cfg, out, force: m.run(i["members"], cfg, out, force),
@@ -403,6 +417,7 @@ STEPS: dict[str, Step] = {
                     many=True,
                     help="One model, or several for a deep ensemble ('-': read one path from "
                     "stdin).",
+                    recipe_key="model",
                 ),
             ),
             lambda m, i, cfg, out, force: m.run(i["models"], cfg, out, force),

@@ -3,20 +3,15 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from uqcompress.artifacts import ArtifactWriter, OutputPlan
 from uqcompress.errors import DataError
 from uqcompress.methods.scoring import registry
 from uqcompress.steps import config as fields
 from uqcompress.steps.common import StepResult, build_or_reuse
-
-if TYPE_CHECKING:
-    from uqcompress.methods.scoring.scorer import Progress
 
 SCORES_FILE = "scores.safetensors"
 SEARCHING = ", ".join(registry.searching())  # the scorers --ood and --ratio are for
@@ -320,6 +315,7 @@ def _compute(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The scorer's tensors and summary additions for one score set (its seed: `cfg.seed`)."""
     from uqcompress.methods.scoring.scorer import ScoreRequest
+    from uqcompress.runtime.console import counter
 
     scorer = registry.find(cfg.method)
     assert scorer is not None  # validate() refused an unknown method
@@ -335,26 +331,10 @@ def _compute(
             else None
         ),
         gather=_gather(),
-        progress=_progress,
+        progress=counter,
     )
     tensors, summary = scorer.score(request)
     return tensors, summary
-
-
-@contextmanager
-def _progress(label: str) -> Iterator[Progress]:
-    """A transient progress bar on stderr for a search; yields its (done, total) report."""
-    from rich.progress import Progress as Bar
-
-    from uqcompress.runtime.console import stderr
-
-    with Bar(console=stderr, transient=True) as bar:
-        task = bar.add_task(label, total=None)
-
-        def report(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
-
-        yield report
 
 
 def _as_index_labels(data: Any) -> Any:

@@ -28,7 +28,7 @@ projection), so every family that `models/families` describes works unchanged.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from uqcompress.errors import ConfigError, DataError
-from uqcompress.methods.scoring.scorer import Batch, Gather
+from uqcompress.methods.scoring.scorer import Batch, Gather, Progress
 from uqcompress.models.head_gates import HeadGates, attention_probabilities, heads_per_layer
 
 if TYPE_CHECKING:
@@ -204,6 +204,14 @@ class Backward:
     head_inputs: list[Tensor] | None = None
     head_grads: list[Tensor] | None = None
     attentions: list[Tensor | None] | None = None
+
+
+def counted(batches: Sequence[Batch], progress: Progress | None) -> Iterator[Batch]:
+    """`batches`, reporting (done, total) to `progress` after each one is used."""
+    for done, batch in enumerate(batches, 1):
+        yield batch
+        if progress is not None:
+            progress(done, len(batches))
 
 
 def backward_passes(

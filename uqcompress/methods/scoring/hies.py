@@ -178,15 +178,19 @@ def hies_scores(
 
 
 def _score(request: ScoreRequest) -> ScoreResult:
+    from uqcompress.methods.scoring.common import counted
+
+    batches = request.calibration()
     options = request.options
-    parts = hies_scores(
-        request.loaded,
-        request.calibration(),
-        alpha=options["alpha"],
-        his_abs=options["his_abs"],
-        norm_scope=options["norm_scope"],
-        gather=request.gather,
-    )
+    with request.progress("hies: backward passes") as report:
+        parts = hies_scores(
+            request.loaded,
+            counted(batches, report),
+            alpha=options["alpha"],
+            his_abs=options["his_abs"],
+            norm_scope=options["norm_scope"],
+            gather=request.gather,
+        )
     return ScoreResult({"score": parts["score"], "his": parts["his"], "ae": parts["ae"]}, {})
 
 

@@ -93,13 +93,17 @@ def taylor_scores(
 
 
 def _score(request: ScoreRequest) -> ScoreResult:
-    score = taylor_scores(
-        request.loaded,
-        request.calibration(),
-        layer_l2=request.options["taylor_layer_l2"],
-        global_minmax=request.options["taylor_minmax"],
-        gather=request.gather,
-    )
+    from uqcompress.methods.scoring.common import counted
+
+    batches = request.calibration()
+    with request.progress("taylor: backward passes") as report:
+        score = taylor_scores(
+            request.loaded,
+            counted(batches, report),
+            layer_l2=request.options["taylor_layer_l2"],
+            global_minmax=request.options["taylor_minmax"],
+            gather=request.gather,
+        )
     return ScoreResult({"score": score}, {})
 
 
