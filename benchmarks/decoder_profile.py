@@ -1,6 +1,6 @@
 """Where does the time of a dense and a 50%-pruned decoder go? ONNX Runtime's own profiler.
 
-The README's decoder rows (`benchmarks/decoder_cost.py`) once measured the pruned
+The decoder rows of docs/benchmarks.md (`benchmarks/decoder_cost.py`) once measured the pruned
 Qwen2.5-0.5B-shaped classifier at 0.60x the dense one at batch 8, far below its FLOPs bound
 (0.93x). This script exports the same two models (`decoder_cost.build`'s shape, pruned by
 `prune_half`: one of the two key/value groups with its 7 query heads removed in every layer),

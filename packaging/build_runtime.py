@@ -5,7 +5,7 @@
 
 Why a second distribution and not a runtime-only base install with the toolchain in an
 extra: `pip install uqcompress` must keep giving the `uqc` CLI that every recipe, CI job and
-this README use; making the toolchain opt-in would break each of them. A service that only
+the docs use; making the toolchain opt-in would break each of them. A service that only
 runs exports installs this wheel instead: numpy, onnx, tokenizers and ONNX Runtime (about
 230 MB), no torch, transformers or accelerate.
 

@@ -182,7 +182,10 @@ def briefly_trained_vit(session_root: Path, tiny_vit_artifact: Path) -> Path:
 # The modules that take longest run first: xdist's loadscope hands out modules in collection
 # order, so a long module collected last (the family conformance chain, about a third of the
 # suite's time) would run alone at the end while the other worker idles.
-LONGEST_FIRST = ("tests/models/test_family_conformance.py", "tests/docs/test_readme_examples.py")
+LONGEST_FIRST = (
+    "tests/models/test_family_conformance.py",
+    "tests/docs/test_walkthrough_examples.py",
+)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -1,5 +1,5 @@
-"""The README's CI example, run as written: the job's script with the job's --set values, on
-a tiny BERT checkpoint and CSVs placed where the job expects them."""
+"""The CI example (docs/guide/ci.md), run as written: the job's script with the job's --set
+values, on a tiny BERT checkpoint and CSVs placed where the job expects them."""
 
 from __future__ import annotations
 
@@ -59,10 +59,10 @@ def _run(workspace: Path, *extra: str, dist: str) -> subprocess.CompletedProcess
     )
 
 
-def test_readme_shows_the_job_file() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert JOB.read_text(encoding="utf-8").strip() in readme
-    assert "examples/ci/publish-model.sh" in readme
+def test_ci_page_shows_the_job_file() -> None:
+    page = (ROOT / "docs" / "guide" / "ci.md").read_text(encoding="utf-8")
+    assert JOB.read_text(encoding="utf-8").strip() in page
+    assert "examples/ci/publish-model.sh" in page
 
 
 def test_ci_example_publishes_only_when_the_gates_pass(tmp_path: Path) -> None:

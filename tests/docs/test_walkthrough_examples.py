@@ -1,4 +1,5 @@
-"""The README's "Every step by example" blocks, run as written in one shell.
+"""The walk-through's blocks (docs/guide/walkthrough.md, "Every step by example"), run as written
+in one shell.
 
 The shell finds a `uqc` that forks from a zygote that imported torch and transformers once
 (tests/forkserver.py): each of the walk-through's ~30 calls is still its own process with the
@@ -19,12 +20,13 @@ from pathlib import Path
 from tests.forkserver import Zygote
 
 ROOT = Path(__file__).parents[2]
+WALKTHROUGH = ROOT / "docs" / "guide" / "walkthrough.md"
 START, END = "<!-- steps-by-example:start -->", "<!-- steps-by-example:end -->"
 
 
 def _blocks() -> list[str]:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index(START) : readme.index(END)]
+    page = WALKTHROUGH.read_text(encoding="utf-8")
+    section = page[page.index(START) : page.index(END)]
     return re.findall(r"```sh\n(.*?)```", section, flags=re.S)
 
 
@@ -36,7 +38,7 @@ def test_every_step_has_an_example() -> None:
         assert re.search(rf"uqc {name} ", script), f"no example of uqc {name}"
 
 
-def test_readme_examples_run_as_written(tmp_path: Path) -> None:
+def test_walkthrough_examples_run_as_written(tmp_path: Path) -> None:
     shutil.copytree(ROOT / "recipes", tmp_path / "recipes")
     env = {
         **os.environ,

@@ -24,7 +24,7 @@ To add a family:
    family, the default, also needs its tokenizer in tests/checkpoints.py). The anatomy,
    facts and Hydra tests run every registered family already.
 
-The README's family table and `uqc init --family`'s help text are documentation to update
+docs/guide/families.md's tables and `uqc init --family`'s help text are documentation to update
 by hand. The order families are listed in (help texts, refusals) is `_LISTING`; a family not
 in it comes after the others of its kind (text encoders, decoders, images), by module name.
 """
@@ -113,7 +113,7 @@ def family_for_config(config: PretrainedConfig, where: str) -> Family:
     raise ConfigError(
         f"{where} holds a {model_type!r} model, which uqc does not support; supported "
         f"families: {', '.join(FAMILIES)}",
-        hint="import a checkpoint of a supported family (README: Supported families)",
+        hint="import a checkpoint of a supported family (docs/guide/families.md)",
     )
 
 
