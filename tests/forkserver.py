@@ -1,7 +1,7 @@
 """A `uqc` that starts in milliseconds, for tests that run shell scripts of many `uqc` calls.
 
 Every `uqc` process pays 3-4 s of imports (torch, transformers) before its first step, and the
-README walk-through alone runs about 30 of them. A *zygote* pays them once: it imports what the
+docs walk-through alone runs about 30 of them. A *zygote* pays them once: it imports what the
 steps import, then forks one child per `uqc` call. The `uqc` the script finds on its PATH is a
 small shim that hands the zygote its argv, working directory, environment and its own stdin,
 stdout and stderr (as file descriptors, over a Unix socket), and exits with the child's code.

@@ -146,7 +146,7 @@ def test_help_as_a_value_is_named_not_run(cli: Callable[..., Any], tmp_path: Pat
 def test_matrix_row_an_option_like_set_value(
     cli: Callable[..., Any], tmp_path: Path, _artifacts_root: Path
 ) -> None:
-    """The README bad-input row: one line, exit 1, nothing on stdout, nothing written."""
+    """Its docs/bad-input.md row: one line, exit 1, nothing on stdout, nothing written."""
     path = _write(tmp_path, '[vars]\ntrain = "builtin:digits@train"\n' + INIT)
     result = cli("run", path, "--set", "steps.base.family=--help")
     assert result.code == 1

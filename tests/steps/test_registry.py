@@ -110,7 +110,10 @@ def test_runtime_fields_are_left_out_of_the_id() -> None:
     from uqcompress.steps.score import ScoreConfig
 
     cfg = EvalConfig(data="builtin:digits@test", ood=["x.csv"], gate="acc>=0.5")
-    assert set(fields.id_config(cfg)) == {"gate", "samples", "max_length"}
+    # --dtype changes results: float32 (what steps computed in before it) is left out; the
+    # step resolves `auto` before the id, so a run never hashes "auto"
+    assert set(fields.id_config(cfg)) == {"gate", "samples", "max_length", "dtype"}
+    assert set(fields.id_config(replace(cfg, dtype="float32"))) == {"gate", "samples", "max_length"}
     assert fields.runtime_keys(ScoreConfig()) == {
         "data",
         "ood",
@@ -241,3 +244,18 @@ def test_a_recipe_runs_its_steps_through_the_registry_into_its_root(
     (outcome,) = report.steps
     assert outcome.path == tmp_path / "root" / f"model-{outcome.id[:8]}"
     assert outcome.argv == ["init", "--family", "vit", "--num-labels", "2"]
+
+
+def test_init_family_help_names_every_registered_family() -> None:
+    """`--family`'s help is static text (naming the families from the registry would import
+    torch for `uqc --help`): this holds it to the registry."""
+    import dataclasses
+    import re
+
+    from uqcompress.models.families import FAMILIES
+    from uqcompress.steps.init import InitConfig
+
+    text = next(f for f in dataclasses.fields(InitConfig) if f.name == "family").metadata["help"]
+    words = re.findall(r"[a-z0-9-]+", text)
+    missing = [name for name in FAMILIES if name not in words]
+    assert not missing, f"uqc init --family's help does not name {missing}"

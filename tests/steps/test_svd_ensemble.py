@@ -115,3 +115,38 @@ def test_extra_biases_option_and_the_paper_default(  # type: ignore[no-untyped-d
     assert paper["parameters_extra"] == extra["parameters_extra"]
     assert paper["parameter_overhead"] == extra["parameter_overhead"]
     assert extra["parameter_overhead_with_added_biases"] > extra["parameter_overhead"]
+
+
+def test_bfloat16_base_trains_float32_singular_values(
+    tmp_path: Path, sentiment_csv: dict[str, Path]
+) -> None:
+    """--dtype bfloat16: U, V and the frozen base in bfloat16 (half the memory), the
+    singular values and biases trained in float32; what it learns stays close to the same
+    run in float32."""
+    import torch
+    from safetensors import safe_open
+
+    from uqcompress.steps import init, sve
+
+    base = init.run(
+        init.InitConfig(family="llama", preset="tiny", labels=["neg", "pos"], seed=0),
+        tmp_path / "base",
+    ).artifact.path
+    runs = {}
+    for dtype in ("float32", "bfloat16"):
+        cfg = sve.SVEConfig(data=str(sentiment_csv["train"]), members=2, epochs=1, dtype=dtype)
+        runs[dtype] = sve.run(base, cfg, tmp_path / dtype).artifact
+    half = runs["bfloat16"]
+    assert half.manifest.summary["dtype"] == "bfloat16"
+    assert half.manifest.config["dtype"] == "bfloat16"
+    with safe_open(str(half.path / "model.safetensors"), "pt") as f:
+        names = list(f.keys())  # safe_open is not iterable
+        kinds = {key.rsplit(".", 1)[-1]: f.get_slice(key).get_dtype() for key in names}
+        sigma = f.get_tensor(next(k for k in names if k.endswith("singular_values")))
+    assert kinds["singular_values"] == "F32" and kinds["u"] == "BF16" and kinds["v"] == "BF16"
+    with safe_open(str(runs["float32"].path / "model.safetensors"), "pt") as f:
+        names = list(f.keys())
+        reference = f.get_tensor(next(k for k in names if k.endswith("singular_values")))
+    assert torch.allclose(sigma, reference, rtol=0.05, atol=1e-3)
+    losses = [runs[d].manifest.summary["loss_curve"][0] for d in ("float32", "bfloat16")]
+    assert abs(losses[0] - losses[1]) < 0.05

@@ -41,7 +41,8 @@ HELP: dict[str, str] = {
     Create an untrained model artifact from a transformers config (no download).
     """,
     "import": """
-    Import a transformers model directory (weights, config, tokenizer or image processor).
+    Import a transformers model directory (weights, config, tokenizer or image processor) or a
+    GGUF file (Llama, Mistral, Qwen2, Qwen3; dequantized to float32).
     """,
     "finetune": """
     Fine-tune a classifier (--optimizer, warm-up then --schedule) and write a new model artifact;

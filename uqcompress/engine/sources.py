@@ -146,12 +146,13 @@ class TorchSource(PredictionSource):
         device: str,
         samples: int | None = None,
         sample_chunk: int | None = None,
+        dtype: str = "float32",
     ) -> None:
         from uqcompress.models.loading import load_model, resolve_model_source
 
         source = resolve_model_source(path, role)
         self.ref, self.path, self.device = source.ref, path, device
-        self.loaded = load_model(source)
+        self.loaded = load_model(source, dtype)
         if samples is not None:
             _set_samples(self.loaded, samples, path)
         if hasattr(self.loaded.model, "sample_chunk"):  # a sampling model (DIRECTOR)

@@ -123,9 +123,11 @@ def open_source(
     threads: int | None = None,
     samples: int | None = None,
     sample_chunk: int | None = None,
+    dtype: str = "float32",
 ) -> PredictionSource:
-    """A model artifact or transformers dir runs in torch; an onnx artifact in ONNX Runtime.
-    `sample_chunk`: a sampling model's samples per pass (None: sized to memory)."""
+    """A model artifact or transformers dir runs in torch (its weights as `dtype`); an onnx
+    artifact in ONNX Runtime. `sample_chunk`: a sampling model's samples per pass (None:
+    sized to memory)."""
     from uqcompress.errors import ConfigError
 
     kind = read_manifest(path).kind if (path / MANIFEST_NAME).is_file() else None
@@ -139,4 +141,4 @@ def open_source(
         return OnnxSource(path, role, device, threads, sample_chunk)
     if kind == "members":
         return MembersSource(path, role, device)
-    return TorchSource(path, role, device, samples, sample_chunk)
+    return TorchSource(path, role, device, samples, sample_chunk, dtype)

@@ -29,10 +29,10 @@ from uqcompress.errors import ArtifactError, ConfigError, DependencyError
 from uqcompress.models.families import family_for_config
 from uqcompress.models.loading import (
     LoadedModel,
-    _settle_padding,
     first_line,
     labels_of,
     quiet_transformers,
+    settle_padding,
 )
 
 GGUF_SUFFIX = ".gguf"
@@ -289,7 +289,7 @@ def load_gguf(described: Gguf) -> LoadedModel:
     )
     head = family.classifier_name(model)
     loaded.new_head_keys = sorted(k for k in info.get("missing_keys", []) if k.startswith(head))
-    _settle_padding(loaded, path)
+    settle_padding(loaded, path)
     return loaded
 
 

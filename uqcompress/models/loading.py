@@ -15,6 +15,7 @@ from uqcompress.errors import ArtifactError, ConfigError
 from uqcompress.models.families import Family, family_for_config
 from uqcompress.models.kind_base import CALIBRATION_KEY, ModelKind
 from uqcompress.models.kinds import PLAIN, kind_of
+from uqcompress.models.precision import resolve_dtype, stored_dtype, torch_dtype
 from uqcompress.models.preprocessing import ImagePreprocessing
 from uqcompress.uq.calibration import Calibration
 
@@ -196,6 +197,7 @@ class LoadedModel:
     # weights widened to float32, a padding token adopted): `uqc import` warns with these.
     notes: list[str] = field(default_factory=list)
     checkpoint_dtype: str | None = None  # the weights' dtype in the checkpoint, if not float32
+    dtype: str = "float32"  # what the weights were loaded as and compute in (`--dtype`)
 
     def derived(self, model: Any, config: PretrainedConfig) -> LoadedModel:
         """Another model of the same task (an ensemble or student made from this one): same
@@ -207,6 +209,7 @@ class LoadedModel:
             labels=list(self.labels),
             tokenizer=self.tokenizer,
             preprocessing=self.preprocessing,
+            dtype=self.dtype,
         )
 
     @property
@@ -273,16 +276,33 @@ def has_default_labels(labels: list[str]) -> bool:
     return labels == [f"LABEL_{i}" for i in range(len(labels))]
 
 
-def load_model(source: ModelSource) -> LoadedModel:
+def planned_dtype(source: ModelSource, requested: str) -> str:
+    """The dtype `--dtype requested` loads `source` as (`auto` resolved from its config and
+    size), read before loading so that it can go into the artifact id."""
+    if requested != "auto":
+        return requested
+    from transformers import AutoConfig
+
+    quiet_transformers()
+    try:
+        config = AutoConfig.from_pretrained(str(source.path), trust_remote_code=False)
+        family = family_for_config(config, str(source.path))
+    except (ValueError, OSError, KeyError, ConfigError):
+        return "float32"  # loading itself reports what is wrong with the checkpoint
+    return resolve_dtype(requested, source.path, config, decoder=family.layout.causal)
+
+
+def load_model(source: ModelSource, dtype: str = "float32") -> LoadedModel:
     """`_load`, timed for -v."""
     from uqcompress.runtime.console import phase, user
 
     with phase(f"load {user(source.path)}"):
-        return _load(source)
+        return _load(source, dtype)
 
 
-def _load(source: ModelSource) -> LoadedModel:
-    """Load the classifier, its labels and its tokenizer or image preprocessing (on CPU)."""
+def _load(source: ModelSource, dtype: str = "float32") -> LoadedModel:
+    """Load the classifier, its labels and its tokenizer or image preprocessing (on CPU), its
+    weights as `dtype` (`models.precision`: float32, bfloat16, float16 or auto)."""
     from transformers import AutoConfig
 
     quiet_transformers()
@@ -296,17 +316,15 @@ def _load(source: ModelSource) -> LoadedModel:
         ) from exc
     family = family_for_config(config, str(path))
     kind = kind_of(config)
+    resolved = resolve_dtype(dtype, path, config, decoder=family.layout.causal)
     if kind.skeleton is not None:  # ours: transformers cannot rebuild its shapes
-        return _finish(_load_into_skeleton(kind, path, config, family), path)
-    import torch
-
-    stored = str(getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or "")
-    stored = stored.removeprefix("torch.")
+        return _finish(_load_into_skeleton(kind, path, config, family, resolved), path)
+    stored = stored_dtype(config) or ""
     try:
-        # float32 whatever the checkpoint holds: half-precision training and scoring on CPU
-        # would be slow and imprecise (transformers 5 keeps the stored dtype by default).
+        # float32 unless --dtype says otherwise, whatever the checkpoint holds: transformers 5
+        # would keep the stored dtype by default, and half precision is a choice to make.
         loaded_with_info: Any = family.classifier_class().from_pretrained(
-            str(path), output_loading_info=True, dtype=torch.float32
+            str(path), output_loading_info=True, dtype=torch_dtype(resolved)
         )
         model, info = loaded_with_info
     except Exception as exc:  # damaged weights, shapes that contradict config.json, ...
@@ -316,11 +334,16 @@ def _load(source: ModelSource) -> LoadedModel:
         ) from exc
     model.eval()
     loaded = LoadedModel(
-        model=model, family=family, config=model.config, labels=labels_of(model.config)
+        model=model,
+        family=family,
+        config=model.config,
+        labels=labels_of(model.config),
+        dtype=resolved,
     )
     if stored and stored != "float32":
         loaded.checkpoint_dtype = stored
-        loaded.notes.append(f"{path} stores {stored} weights; they were loaded as float32")
+        if resolved != stored:
+            loaded.notes.append(f"{path} stores {stored} weights; they were loaded as {resolved}")
     # A checkpoint without a classifier (an encoder such as a sentence-embedding model) gets
     # a randomly initialised head from transformers; say so instead of hiding it.
     head = family.classifier_name(model)
@@ -365,7 +388,7 @@ def _finish(loaded: LoadedModel, path: Path) -> LoadedModel:
                 f"({_one_line(exc)})",
                 hint=_TOKENIZER_HINT,
             ) from exc
-        _settle_padding(loaded, path)
+        settle_padding(loaded, path)
     else:
         loaded.preprocessing = ImagePreprocessing.load(
             path, int(config.image_size), int(config.num_channels)
@@ -445,7 +468,7 @@ def _saved_tokenizer_class(path: Path, auto: Any) -> Any:
     return found if isinstance(found, type) else auto
 
 
-def _settle_padding(loaded: LoadedModel, path: Path) -> None:
+def settle_padding(loaded: LoadedModel, path: Path) -> None:
     """Give the model and its tokenizer one padding token, as transformers' own recipe for
     decoders does: the config's, else the tokenizer's, else the end-of-text token (a note
     says so). A last-token classifier without any cannot batch: one clear line."""
@@ -471,14 +494,19 @@ def _settle_padding(loaded: LoadedModel, path: Path) -> None:
     loaded.config = config
 
 
-def _load_into_skeleton(kind: ModelKind, path: Path, config: Any, family: Family) -> LoadedModel:
+def _load_into_skeleton(
+    kind: ModelKind, path: Path, config: Any, family: Family, dtype: str = "float32"
+) -> LoadedModel:
     """A model of one of our kinds (pruned, Hydra, SVE, DIRECTOR): its shapes come from the
     layout under the kind's key in the config; the weights are loaded strictly into that
-    skeleton (plain transformers cannot: its shapes come from the config)."""
+    skeleton (plain transformers cannot: its shapes come from the config), as `dtype`."""
     import torch
     from safetensors.torch import load_model as load_safetensors_model
 
     assert kind.skeleton is not None
+    # transformers builds modules in the config's dtype: the one they are held in, which is
+    # also what the weights are saved as and what `--dtype auto` reads back
+    config.dtype = torch_dtype(dtype)
     try:
         with torch.random.fork_rng(devices=[]):  # loading must not move the global RNG
             model: Any = kind.skeleton(config, family)
@@ -489,7 +517,10 @@ def _load_into_skeleton(kind: ModelKind, path: Path, config: Any, family: Family
             hint=f"re-create it with {kind.remake}",
         ) from exc
     model.eval()
-    return LoadedModel(model=model, family=family, config=config, labels=labels_of(config))
+    model.to(torch_dtype(dtype))  # parts the skeleton built outside the config's dtype
+    return LoadedModel(
+        model=model, family=family, config=config, labels=labels_of(config), dtype=dtype
+    )
 
 
 def save_model(loaded: LoadedModel, directory: Path, keep_calibration: bool = False) -> None:

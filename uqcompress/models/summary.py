@@ -17,5 +17,6 @@ def model_summary(loaded: Any) -> dict[str, Any]:
         "heads": int(config.num_attention_heads),
         "hidden": int(config.hidden_size),
         "labels": list(loaded.labels),
+        "dtype": loaded.dtype,  # what its weights were computed in (--dtype)
         **kind_summary(loaded),  # members, method and layout numbers of an ensemble
     }

@@ -133,15 +133,22 @@ class SVDLinear(nn.Module):
             layer.singular_values.copy_(s[:rank] * (1 + eps))
             if layer.bias is not None:
                 layer.bias.copy_(base_bias + eta * bias_scale)
-        return layer.to(linear.weight.device, linear.weight.dtype)
+        layer = layer.to(linear.weight.device, linear.weight.dtype)
+        # The trained parts stay float32 in a half-precision model (--dtype): an 8-bit
+        # mantissa cannot hold the small steps that move a singular value away from its
+        # pretrained size. U and V, frozen, keep the model's dtype (they are its memory).
+        layer.singular_values.data = layer.singular_values.data.float()
+        if layer.bias is not None:
+            layer.bias.data = layer.bias.data.float()
+        return layer
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
         z = torch.matmul(x.reshape(self.members, -1, self.in_features), self.v)  # [M, N, r]
-        z = z * self.singular_values.clamp(min=0)[:, None, :]
+        z = z * self.singular_values.clamp(min=0).to(z.dtype)[:, None, :]
         out = torch.matmul(z, self.u.t())  # [M, N, out]
         if self.bias is not None:
-            out = out + self.bias[:, None, :]
+            out = out + self.bias.to(out.dtype)[:, None, :]
         return out.reshape(*lead, self.out_features)
 
     def dense_weight(self) -> torch.Tensor:

@@ -64,6 +64,16 @@ def _refuse_unsafe_destination(dest: Path, out_given: bool, plan: OutputPlan) ->
             )
 
 
+def with_planned_dtype(cfg: Any, source: Any) -> Any:
+    """`cfg` with its `--dtype` as the step will load `source` (`auto` resolved), so that the
+    recorded config and the artifact id say which dtype it computed in."""
+    from dataclasses import replace
+
+    from uqcompress.models.loading import planned_dtype
+
+    return replace(cfg, dtype=planned_dtype(source, cfg.dtype))
+
+
 @dataclass(frozen=True)
 class StepResult:
     artifact: Artifact
@@ -188,6 +198,7 @@ def train_into(
     checkpoint: Any = None,
     replace_head: bool = False,
     labels_hint: str | None = None,
+    dtype: str = "float32",
 ) -> tuple[dict[str, Any], list[str]]:
     """Load the model of `source`, fine-tune it (`train.fine_tune`, `transform`,
     `replace_head` and `labels_hint` included) and save it into `directory` with its
@@ -198,7 +209,7 @@ def train_into(
     from uqcompress.models.summary import model_summary
 
     warnings: list[str] = []
-    loaded = load_model(source)
+    loaded = load_model(source, dtype)
     if (dropped := calibration_dropped(loaded, source.path)) is not None:
         warnings.append(dropped)
     for each in [train_data] + ([val_data] if val_data is not None else []):

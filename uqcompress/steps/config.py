@@ -30,6 +30,7 @@ from uqcompress.runtime.limits import over_limit
 RUNTIME = "runtime"
 HELP = "help"  # the option's --help text (a field without one takes the shared option's)
 ID_OMIT = "id_omit"  # the value at which a field is left out of the id (it was added later)
+CHOICES = "choices"  # the values a text option takes; `problems` refuses any other
 
 
 def runtime(default: Any = dataclasses.MISSING, **metadata: Any) -> Any:
@@ -50,6 +51,18 @@ def threads() -> Any:
 def workers() -> Any:
     """`--workers`: data-loader worker processes; the results never depend on it."""
     return runtime(0)
+
+
+def dtype() -> Any:
+    """`--dtype`: the dtype the model is loaded and computed in (`models.precision`); `auto`
+    is resolved when the step plans its artifact, and float32 (what every step computed in
+    before the option) is left out of the id."""
+    from uqcompress.models.precision import DTYPE_HELP, DTYPES
+
+    return dataclasses.field(
+        default="auto",
+        metadata={RUNTIME: False, ID_OMIT: "float32", HELP: DTYPE_HELP, CHOICES: DTYPES},
+    )
 
 
 def described(
@@ -191,6 +204,13 @@ def problems(cfg: Any) -> Problems:
             hint="pass --workers 0 (read data in this process) or e.g. --workers 2",
         )
     for field in dataclasses.fields(cfg):
+        value, choices = getattr(cfg, field.name), field.metadata.get(CHOICES)
+        if choices is not None and value not in choices:
+            name = flag(field.metadata.get("option", field.name))
+            found.add(
+                f"{name} {value!r} is not one of {', '.join(choices)}",
+                hint=f"pass {name} {choices[0]}",
+            )
         too_many = over_limit(
             field.name, getattr(cfg, field.name), flag(field.metadata.get("option", field.name))
         )

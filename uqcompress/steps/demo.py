@@ -242,7 +242,7 @@ def _run_all(out: Path, quick: bool, device: str, threads: int, force: bool) -> 
                     epochs=plan.epochs,
                     lr=plan.lr,
                     batch_size=plan.batch_size,
-                    select_best="none",  # the last epoch, as the README's numbers
+                    select_best="none",  # the last epoch, as docs/demo.md's numbers
                     seed=seed,
                     device=device,
                     threads=threads,

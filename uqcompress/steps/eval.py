@@ -62,6 +62,7 @@ class EvalConfig:
     device: str = fields.device()
     threads: int | None = fields.threads()
     workers: int = fields.workers()
+    dtype: str = fields.dtype()
 
     def validate(self) -> None:
         fields.batching_problems(self).raise_any()
@@ -89,6 +90,7 @@ def run(
             hint="pass each ensemble member once",
         )
     members = sum(m for _, m in peeked)
+    cfg = _planned_dtype(cfg, model_paths)
     if cfg.samples is not None and len(peeked) == 1:
         members = cfg.samples  # a DIRECTOR or MC Dropout model evaluated with another S
     data = load_data(
@@ -144,7 +146,7 @@ def run(
 
         device = rank_device(cfg.device)  # this process's GPU under torchrun
         sources = [
-            open_source(p, role, device, cfg.threads, cfg.samples, cfg.sample_chunk)
+            open_source(p, role, device, cfg.threads, cfg.samples, cfg.sample_chunk, cfg.dtype)
             for p, role in zip(model_paths, roles, strict=True)
         ]
         for source in sources:
@@ -238,6 +240,23 @@ def run(
             writer.summary["gate"] = evaluate_gate(bounds, metrics)
 
     return build_or_reuse(plan, out, force, build)
+
+
+def _planned_dtype(cfg: EvalConfig, model_paths: list[Path]) -> EvalConfig:
+    """`--dtype` as the torch models will load (`auto` resolved by the first one; an ONNX
+    export computes in its own graph's types, so it leaves float32 in the id)."""
+    from dataclasses import replace
+
+    from uqcompress.artifacts import MANIFEST_NAME
+    from uqcompress.artifacts.reader import read_manifest
+    from uqcompress.models.loading import resolve_model_source
+    from uqcompress.steps.common import with_planned_dtype
+
+    first = model_paths[0]
+    if (first / MANIFEST_NAME).is_file() and read_manifest(first).kind in ("onnx", "members"):
+        return replace(cfg, dtype="float32" if cfg.dtype == "auto" else cfg.dtype)
+    planned: EvalConfig = with_planned_dtype(cfg, resolve_model_source(first))
+    return planned
 
 
 def display_name(model_paths: list[Path]) -> str:

@@ -36,8 +36,8 @@ def split_labels(text: str | None) -> list[str] | None:
 @dataclass(frozen=True)
 class InitConfig:
     family: str = fields.described(
-        help="Model family. Text: bert, roberta, xlm-roberta, distilbert, electra. "
-        "Images: vit, deit, dinov2."
+        help="Model family. Text encoders: bert, roberta, xlm-roberta, distilbert, electra. "
+        "Decoders: llama, qwen2, qwen3, mistral. Images: vit, deit, dinov2."
     )
     preset: str = fields.described("tiny", help="Size preset: tiny, small or base.")
     overrides: dict[str, Any] = fields.option(

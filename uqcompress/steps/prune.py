@@ -12,9 +12,13 @@ from uqcompress.errors import ArtifactError, ConfigError, IncompatibleInputError
 from uqcompress.export.parity import save_parity
 from uqcompress.methods.scoring import registry as scorers
 from uqcompress.steps import config as fields
-from uqcompress.steps.common import StepResult, build_or_reuse
+from uqcompress.steps.common import StepResult, build_or_reuse, with_planned_dtype
 
 PARITY_ATOL = 1e-5  # pruned vs gated full model: the same function, up to float round-off
+# In half precision the two sum their heads' outputs in another order, each rounding to an
+# 8-bit (bfloat16) or 11-bit (float16) mantissa; a surgery bug still moves the outputs by
+# O(1), far above these.
+HALF_PARITY_ATOL = {"bfloat16": 3e-2, "float16": 4e-3}
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,7 @@ class PruneConfig:
     seed: int = fields.described(0, help="Seed of --select gumbel.")
     device: str = fields.device("cpu")
     threads: int | None = fields.threads()
+    dtype: str = fields.dtype()
 
     def validate(self) -> None:
         problems = fields.problems(self)
@@ -131,6 +136,7 @@ def run(
     cfg.validate()
     scores, model_path = _scores_and_model(input_path, scores_path)
     source = resolve_model_source(model_path)
+    cfg = with_planned_dtype(cfg, source)
     scored_for = scores.manifest.inputs[0].id
     if source.ref.id != scored_for:
         raise IncompatibleInputError(
@@ -176,7 +182,7 @@ def run(
         from uqcompress.models.loading import calibration_dropped, load_model, save_model
         from uqcompress.models.surgery import kept_heads, prune_heads
 
-        loaded = load_model(source)
+        loaded = load_model(source, cfg.dtype)
         if (dropped := calibration_dropped(loaded, source.path)) is not None:
             writer.warn(dropped)
         score = load_file(str(scores.file("scores.safetensors")))["score"]
@@ -205,7 +211,7 @@ def run(
         prune_heads(loaded, keep)
         with torch.inference_mode():
             pruned = loaded.model(**batch).logits
-        parity = _parity([(gated, pruned)])
+        parity = _parity([(gated, pruned)], loaded.dtype)
         diff = parity.max_abs_diff["member_logits"]
         save_model(loaded, writer.dir)
         save_parity(writer.dir, parity)
@@ -251,7 +257,7 @@ def check_grouping(keep: list[list[int]], loaded: Any) -> None:
             ) from exc
 
 
-def _parity(pairs: list[tuple[Any, Any]]) -> Any:
+def _parity(pairs: list[tuple[Any, Any]], dtype: str = "float32") -> Any:
     """The shared parity check (`export/parity.py`) of pruned vs gated logits, over the four
     contract outputs each implies; raises ParityError (nothing written) when it fails.
 
@@ -259,9 +265,11 @@ def _parity(pairs: list[tuple[Any, Any]]) -> Any:
     """
     from uqcompress.export.parity import Parity, contract_outputs
 
-    parity = Parity(PARITY_ATOL)
+    parity = Parity(HALF_PARITY_ATOL.get(dtype, PARITY_ATOL))
     for gated, pruned in pairs:
-        parity.compare(contract_outputs(gated[:, None]), contract_outputs(pruned[:, None]))
+        parity.compare(
+            contract_outputs(gated[:, None].float()), contract_outputs(pruned[:, None].float())
+        )
     if not parity.passed:
         raise ParityError(
             f"the pruned model differs from the gated full model: {parity.describe()}; "
@@ -334,7 +342,7 @@ def _run_members(
         from uqcompress.models.surgery import prune_heads
 
         score = load_file(str(scores.file("scores.safetensors")))["score"]
-        base = load_model(source)
+        base = load_model(source, cfg.dtype)
         if (dropped := calibration_dropped(base, source.path)) is not None:
             writer.warn(dropped)
         heads = heads_per_layer(base)
@@ -375,7 +383,7 @@ def _run_members(
                 pairs.append((gated, member.model(**batch).logits))
             save_model(member, writer.dir / f"member{m}")
             parameters.append(member.num_parameters())
-        parity = _parity(pairs)  # every member's outputs, worst over members
+        parity = _parity(pairs, base.dtype)  # every member's outputs, worst over members
         worst = parity.max_abs_diff["member_logits"]
         save_parity(writer.dir, parity)
         overlap = jaccard_per_layer(keeps)

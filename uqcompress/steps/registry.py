@@ -325,8 +325,9 @@ STEPS: dict[str, Step] = {
             (
                 Role(
                     "source",
-                    help="A transformers save_pretrained directory, or a Hugging Face Hub id "
-                    "(org/name, downloaded when online) ('-' reads stdin).",
+                    help="A transformers save_pretrained directory, a GGUF file (.gguf; "
+                    "needs the gguf extra), or a Hugging Face Hub id (org/name, downloaded "
+                    "when online) ('-' reads stdin).",
                 ),
             ),
             lambda m, i, cfg, out, force: m.run(i["source"], out, force, cfg.trust_remote_code),

@@ -11,7 +11,7 @@ from uqcompress.artifacts import ArtifactWriter, OutputPlan
 from uqcompress.errors import DataError
 from uqcompress.methods.scoring import registry
 from uqcompress.steps import config as fields
-from uqcompress.steps.common import StepResult, build_or_reuse
+from uqcompress.steps.common import StepResult, build_or_reuse, with_planned_dtype
 
 SCORES_FILE = "scores.safetensors"
 SEARCHING = ", ".join(registry.searching())  # the scorers --ood and --ratio are for
@@ -63,6 +63,7 @@ class ScoreConfig:
     device: str = fields.device()
     threads: int | None = fields.threads()
     workers: int = fields.workers()
+    dtype: str = fields.dtype()
 
     def validate(self) -> None:
         problems = fields.problems(self)
@@ -142,6 +143,7 @@ def run(
         cfg = replace(cfg, method=scorer.name)
     source = resolve_model_source(model_path)
     refuse_fused(source, "score")
+    cfg = with_planned_dtype(cfg, source)
     data = (
         load_data(
             cfg.data, cfg.text_column, cfg.label_column, text_pair_column=cfg.text_pair_column
@@ -182,7 +184,7 @@ def run(
         from uqcompress.models.loading import load_model
         from uqcompress.runtime.distributed import rank_device
 
-        loaded = load_model(source)
+        loaded = load_model(source, cfg.dtype)
         model: Any = loaded.model
         model.to(rank_device(cfg.device))  # this process's GPU under torchrun
         # The heads the model has now (a pruned model records fewer than its config's
@@ -227,6 +229,7 @@ def run(
                 "layers": int(score.shape[-2]),
                 "heads": int(score.shape[-1]),
                 "heads_per_layer": heads,
+                "dtype": loaded.dtype,
                 "seconds": round(seconds, 3),
                 "calibration_examples": min(cfg.calib_size, len(data)) if data else 0,
                 **extra,

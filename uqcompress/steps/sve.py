@@ -9,7 +9,12 @@ from typing import Any
 from uqcompress.artifacts import ArtifactWriter, OutputPlan
 from uqcompress.errors import ConfigError
 from uqcompress.steps import config as fields
-from uqcompress.steps.common import StepResult, build_or_reuse, load_training_data
+from uqcompress.steps.common import (
+    StepResult,
+    build_or_reuse,
+    load_training_data,
+    with_planned_dtype,
+)
 
 HEADS = ("auto", "copy", "fresh")
 OTHER_LABELS_HINT = (
@@ -68,6 +73,8 @@ class SVEConfig(fields.TrainingOptions):
     precision: str = fields.described("fp32", help="fp32, or bf16 mixed precision (GPUs).")
     device: str = fields.device()
     threads: int | None = fields.threads()
+    # the frozen base's dtype; the singular values and biases train in float32 whatever it is
+    dtype: str = fields.dtype()
 
     def train_config(self) -> Any:
         from uqcompress.engine.train import TrainConfig
@@ -120,6 +127,7 @@ def run(
     train_cfg = cfg.train_config()
     source = resolve_model_source(model_path)
     refuse_fused(source, "svd-ensemble")
+    cfg = with_planned_dtype(cfg, source)
     loaded_data = load_training_data(
         cfg.data, cfg.val, cfg.text_column, cfg.label_column, cfg.text_pair_column
     )
@@ -170,6 +178,7 @@ def run(
             checkpoint=checkpointing(cfg, writer),
             replace_head=cfg.heads == "fresh",
             labels_hint=None if cfg.heads == "fresh" else OTHER_LABELS_HINT,
+            dtype=cfg.dtype,
         )
         report = parameter_report(built["base"], built["sve"])
         weights = writer.dir / "model.safetensors"

@@ -143,15 +143,17 @@ def hies_scores(
             assert step.attentions is not None
             mask = step.mask  # [B, T]
             size, tokens = mask.shape
-            weight = mask.to(step.head_inputs[0].dtype)[:, :, None]  # [B, T, 1]
+            # float32 products and sums whatever the model computes in (--dtype bfloat16:
+            # an 8-bit mantissa would round the inner products the ranking rests on)
+            weight = mask.to(torch.float32)[:, :, None]  # [B, T, 1]
             n = mask.sum(dim=1).clamp_min(1)[:, None]  # [B, 1]; a fully padded row gives s = 0
             for layer, num_heads in enumerate(counts):
                 attention = step.attentions[layer]
                 if num_heads == 0 or attention is None:
                     continue
                 # [B, T, H_l*d] -> [B, T, H_l, d]; the inner product over d gives [B, T, H_l]
-                a = step.head_inputs[layer].view(size, tokens, num_heads, d_head)
-                g = step.head_grads[layer].view(size, tokens, num_heads, d_head)
+                a = step.head_inputs[layer].view(size, tokens, num_heads, d_head).float()
+                g = step.head_grads[layer].view(size, tokens, num_heads, d_head).float()
                 inner = (g * a).sum(dim=-1) * weight
                 s = size * inner.sum(dim=1) / n  # [B, H_l]
                 s = s.to("cpu", torch.float64)
@@ -160,7 +162,9 @@ def hies_scores(
                 else:
                     his[layer, :num_heads] += s.sum(dim=0).abs()
                 ae[layer, :num_heads] += (
-                    attention_entropy(attention, mask, causal).to("cpu", torch.float64).sum(dim=0)
+                    attention_entropy(attention.float(), mask, causal)
+                    .to("cpu", torch.float64)
+                    .sum(dim=0)
                 )
             examples += size
     his = sum_over_processes(his, gather)
