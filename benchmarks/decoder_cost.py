@@ -25,7 +25,13 @@ vocabulary; 2 labels), at sequence 128. Measured side by side:
 `--quick` keeps the shapes but 2 layers and a 32,000-token vocabulary, 3 repeats: a wiring
 check in a few minutes. Timings depend on the machine and its load; nothing asserts on them.
 
-    .venv/bin/python benchmarks/decoder_cost.py [--quick] [--threads 2]
+    .venv/bin/python benchmarks/decoder_cost.py [--quick] [--threads 2] [--steps-only]
+
+`--steps-only` measures only the per-step table, for the 0.5B shape in float32 and in
+bfloat16 (`--dtype`) side by side, and for a Qwen2.5-1.5B shape (28 layers, hidden 1536,
+12 query heads over 2 key/value heads, MLP 8960) written as a bfloat16 checkpoint: init,
+score --method hies, prune --unit kv, svd-ensemble (one optimizer step, M=4) and export,
+each step with `--dtype auto` (bfloat16 above 1B parameters).
 """
 
 from __future__ import annotations
@@ -97,21 +103,57 @@ def measured(args: list[str], threads: int) -> dict[str, float]:
     return {"seconds": float(seconds), "peak_rss": float(peak)}
 
 
-def steps_cost(quick: bool, threads: int, root: Path) -> dict[str, dict[str, float]]:
-    """`uqc init`, `uqc score --method hies` on EXAMPLES texts and `uqc prune --ratio 0.5
-    --unit kv`, each in its own process: what a user's run costs, artifacts written."""
+# Qwen2.5 shapes (random weights): the qwen2 family's base preset is the 0.5B one.
+SIZES: dict[str, dict[str, int]] = {
+    "0.5b": {},
+    "1.5b": {
+        "hidden_size": 1536,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 12,
+        "num_key_value_heads": 2,
+        "intermediate_size": 8960,
+    },
+}
+
+
+def steps_cost(
+    quick: bool, threads: int, root: Path, size: str = "0.5b", dtype: str = "float32"
+) -> dict[str, dict[str, float]]:
+    """`uqc init` (its weights written as `dtype`, as a checkpoint stores them), `uqc score
+    --method hies` on EXAMPLES texts and `uqc prune --ratio 0.5 --unit kv`, and for the 1.5B
+    shape also `uqc svd-ensemble` (one optimizer step, M=4) and `uqc export`, each in its
+    own process with `--dtype auto` (the 1.5B checkpoint's bfloat16; the 0.5B one is under
+    1B, so `--dtype` is passed): what a user's run costs, artifacts written."""
     data = write_texts(root / "calib.csv", EXAMPLES, seed=1)
     init = ["init", "--family", "qwen2", "--preset", "base", "--labels", "neg,pos"]
-    init += ["--set", f"vocab_size={32000 if quick else QWEN_VOCAB}"]
+    init += ["--set", f"vocab_size={32000 if quick else QWEN_VOCAB}", "--dtype", dtype]
+    for key, value in SIZES[size].items():
+        init += ["--set", f"{key}={value}"]
     if quick:
         init += ["--set", "num_hidden_layers=2"]
     costs = {"init": measured([*init, "--out", str(root / "model")], threads)}
+    compute = ["--dtype", "auto" if size != "0.5b" else dtype]
     score = ["score", str(root / "model"), "--method", "hies", "--data", str(data)]
-    score += ["--calib-size", str(EXAMPLES), "--batch-size", str(BATCH)]
+    score += ["--calib-size", str(EXAMPLES), "--batch-size", str(BATCH), *compute]
     costs["score --method hies"] = measured([*score, "--out", str(root / "scores")], threads)
-    prune = ["prune", str(root / "scores"), "--ratio", "0.5", "--unit", "kv"]
+    prune = ["prune", str(root / "scores"), "--ratio", "0.5", "--unit", "kv", *compute]
     costs["prune --ratio 0.5"] = measured([*prune, "--out", str(root / "pruned")], threads)
+    if size == "0.5b":
+        return costs
+    sve = ["svd-ensemble", str(root / "model"), "--data", str(data), "--members", "4"]
+    sve += ["--max-steps", "1", "--batch-size", str(BATCH), *compute]
+    costs["svd-ensemble (1 step)"] = measured([*sve, "--out", str(root / "sve")], threads)
+    export = ["export", str(root / "pruned"), "--out", str(root / "onnx")]
+    costs["export (the pruned model)"] = measured(export, threads)
     return costs
+
+
+def print_steps(costs: dict[str, dict[str, float]], title: str) -> None:
+    gib = 1 << 30
+    print(f"\n{title}\n")
+    print("| step (one process each) | seconds | peak RSS (GiB) |\n| --- | --- | --- |")
+    for name, cost in costs.items():
+        print(f"| uqc {name} | {cost['seconds']:.1f} | {cost['peak_rss'] / gib:.2f} |")
 
 
 def prune_half(loaded: Any) -> None:
@@ -188,6 +230,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument(
+        "--steps-only",
+        action="store_true",
+        help="only the per-step table: the 0.5B shape in float32 and bfloat16 side by side, "
+        "then the 1.5B shape (bfloat16 checkpoint, --dtype auto)",
+    )
     args = parser.parse_args()
     global THREADS
     THREADS = args.threads
@@ -196,12 +244,13 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     repeats = args.repeats or (3 if args.quick else 10)
     began = time.perf_counter()
-    gib = 1 << 30
+    if args.steps_only:
+        steps_table(args.quick, args.threads)
+        print(f"\nsteps only, {args.threads} threads, {time.perf_counter() - began:.0f} s")
+        return
     with tempfile.TemporaryDirectory() as tmp:
         costs = steps_cost(args.quick, args.threads, Path(tmp))
-    print("| step (one process each) | seconds | peak RSS (GiB) |\n| --- | --- | --- |")
-    for name, cost in costs.items():
-        print(f"| uqc {name} | {cost['seconds']:.1f} | {cost['peak_rss'] / gib:.2f} |")
+    print_steps(costs, "Qwen2.5-0.5B shape, float32")
 
     from uqcompress.export.graph import graph_for
     from uqcompress.methods.sve import build_sve, parameter_report
@@ -265,6 +314,22 @@ def main() -> None:
     mode = "quick" if args.quick else "full"
     seconds = time.perf_counter() - began
     print(f"\n{mode} run, {args.threads} threads, {repeats} repeats, {seconds:.0f} s")
+
+
+def steps_table(quick: bool, threads: int) -> None:
+    """The per-step costs: the 0.5B shape in float32 and in bfloat16 (HIES's ratio is the
+    one a user weighs), then the 1.5B shape from a bfloat16 checkpoint."""
+    runs: dict[str, dict[str, dict[str, float]]] = {}
+    for dtype in ("float32", "bfloat16"):
+        with tempfile.TemporaryDirectory() as tmp:
+            runs[dtype] = steps_cost(quick, threads, Path(tmp), "0.5b", dtype)
+        print_steps(runs[dtype], f"Qwen2.5-0.5B shape, {dtype}")
+    hies = "score --method hies"
+    ratio = runs["bfloat16"][hies]["seconds"] / runs["float32"][hies]["seconds"]
+    print(f"\nHIES bfloat16 / float32 seconds: {ratio:.2f}x")
+    with tempfile.TemporaryDirectory() as tmp:
+        large = steps_cost(quick, threads, Path(tmp), "1.5b", "bfloat16")
+    print_steps(large, "Qwen2.5-1.5B shape, bfloat16 checkpoint, --dtype auto")
 
 
 THREADS = 2

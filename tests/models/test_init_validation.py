@@ -53,3 +53,30 @@ def test_import_of_damaged_weights_is_one_line(cli, tmp_path: Path) -> None:  # 
     result = cli("import", str(source))
     assert result.code == 1 and "cannot load the model" in result.err
     assert result.err.count("\n") == 1
+
+
+def test_init_builds_directly_in_a_half_dtype(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """--dtype bfloat16: weights written as bfloat16 (config.json says so), a distinct id,
+    and the size bound counts 2 bytes per weight (a 1.5B shape builds, as float32 it does not)."""
+    import json
+
+    from safetensors import safe_open
+
+    common = ("init", "--family", "llama", "--preset", "tiny", "--labels", "neg,pos", "--json")
+    half = json.loads(cli(*common, "--dtype", "bfloat16").out)
+    full = json.loads(cli(*common).out)
+    assert half["id"] != full["id"] and half["summary"]["dtype"] == "bfloat16"
+    with safe_open(str(Path(half["path"]) / "model.safetensors"), "pt") as f:
+        assert {f.get_slice(k).get_dtype() for k in list(f.keys())} == {"BF16"}
+    assert json.loads((Path(half["path"]) / "config.json").read_text())["dtype"] == "bfloat16"
+    from uqcompress.errors import ConfigError
+    from uqcompress.models.factory import _check_size
+    from uqcompress.models.families import family_by_name
+
+    family = family_by_name("qwen2")
+    sizes = {"hidden_size": 1536, "num_hidden_layers": 28, "num_attention_heads": 12}
+    sizes |= {"num_key_value_heads": 2, "intermediate_size": 8960, "vocab_size": 151936}
+    config = family.build_config("base", sizes, ["neg", "pos"], None, None)
+    _check_size(family, config, "bfloat16")  # 2.9 GiB: within the bound
+    with pytest.raises(ConfigError, match=r"5\.8 GiB in float32"):
+        _check_size(family, config, "float32")

@@ -141,7 +141,7 @@ def test_init_refuses_a_model_too_large_to_build(cli: Callable[..., Any], tmp_pa
         *("--set", "intermediate_size=8192", "--set", "num_attention_heads=16"),
     )
     assert wide.code == 1
-    assert "parameters (37.5 GiB in float32), more than the 1,000,000,000" in wide.err
+    assert "parameters (37.5 GiB in float32), more than the 3.7 GiB of weights" in wide.err
     assert len(wide.err.strip().splitlines()) == 1
 
 

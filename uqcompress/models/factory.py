@@ -38,7 +38,8 @@ SIZE_LIMITS = {
     "image_size": 4096,
     "num_channels": 64,
 }
-MAX_INIT_PARAMETERS = 1_000_000_000  # 4 GB of float32 weights
+# The weights uqc init builds at most: 1B parameters in float32, 2B in a half dtype.
+MAX_INIT_BYTES = 4_000_000_000
 
 # Declared config keys that other flags own: --set would fight them.
 OWNED_BY_FLAGS = {
@@ -96,9 +97,14 @@ def create_model(
     image_size: int | None = None,
     patch_size: int | None = None,
     seed: int = 0,
+    dtype: str = "float32",
 ) -> LoadedModel:
-    """A randomly initialised classifier; the same arguments always give the same weights."""
+    """A randomly initialised classifier; the same arguments always give the same weights.
+    `dtype` ("float32", "bfloat16", "float16"): built directly in it (a half-precision model
+    never exists in float32 first; its random values are drawn in that dtype)."""
     import torch
+
+    from uqcompress.models.precision import torch_dtype
 
     family = family_by_name(family_name)
     if preset not in family.presets:
@@ -152,18 +158,21 @@ def create_model(
             f"{config.num_attention_heads}",
             hint="choose --set values where the heads divide the hidden size",
         )
-    _check_size(family, config)
+    _check_size(family, config, dtype)
+    config.dtype = torch_dtype(dtype)  # transformers builds the modules in the config's dtype
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         try:
-            model = family.classifier_class()(config)
+            model = family.classifier_class()(config).to(torch_dtype(dtype))
         except Exception as exc:  # a config transformers accepted but cannot build
             raise ConfigError(
                 f"cannot build a {family_name} model from this config: {first_line(exc)}",
                 hint="check the --set values",
             ) from exc
     model.eval()
-    loaded = LoadedModel(model=model, family=family, config=model.config, labels=list(labels))
+    loaded = LoadedModel(
+        model=model, family=family, config=model.config, labels=list(labels), dtype=dtype
+    )
     if family.input_kind == "text":
         from uqcompress.models.tokenizer import shipped_tokenizer
 
@@ -175,9 +184,9 @@ def create_model(
     return loaded
 
 
-def _check_size(family: Family, config: Any) -> None:
-    """Refuse a config above `SIZE_LIMITS`, or one whose weights would exceed
-    `MAX_INIT_PARAMETERS` (counted on the meta device: nothing is allocated)."""
+def _check_size(family: Family, config: Any, dtype: str = "float32") -> None:
+    """Refuse a config above `SIZE_LIMITS`, or one whose weights in `dtype` would exceed
+    `MAX_INIT_BYTES` (counted on the meta device: nothing is allocated)."""
     import torch
 
     for key, limit in SIZE_LIMITS.items():
@@ -193,9 +202,10 @@ def _check_size(family: Family, config: Any) -> None:
     except Exception:
         return  # building it for real reports what is wrong
     parameters = sum(p.numel() for p in skeleton.parameters())
-    if parameters > MAX_INIT_PARAMETERS:
+    size = parameters * (4 if dtype == "float32" else 2)
+    if size > MAX_INIT_BYTES:
         raise ConfigError(
-            f"this config has {parameters:,} parameters ({parameters * 4 / 2**30:.1f} GiB in "
-            f"float32), more than the {MAX_INIT_PARAMETERS:,} uqc init builds",
+            f"this config has {parameters:,} parameters ({size / 2**30:.1f} GiB in {dtype}), "
+            f"more than the {MAX_INIT_BYTES / 2**30:.1f} GiB of weights uqc init builds",
             hint="choose smaller --set values, or uqc import a real checkpoint",
         )

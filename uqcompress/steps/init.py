@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +65,8 @@ class InitConfig:
         "16 for ViT/DeiT base, 14 for DINOv2).",
     )
     seed: int = 0
+    # the weights' dtype as written (auto: float32, a new model has no checkpoint to follow)
+    dtype: str = fields.dtype()
 
     def validate(self) -> None:
         problems = fields.problems(self)
@@ -111,8 +113,13 @@ def run(cfg: InitConfig, out: Path | None = None, force: bool = False) -> StepRe
         )
     # Before the id is computed: an artifact a typo once made must not be reused silently.
     check_overrides(family, cfg.preset, cfg.overrides)
+    if cfg.dtype == "auto":
+        cfg = replace(cfg, dtype="float32")
     config = {**asdict(cfg), "labels": labels}
-    plan = OutputPlan(kind="model", step="init", config=config, id_config=config)
+    # float32 is left out of the id (`fields.dtype`): inits made before --dtype keep theirs
+    plan = OutputPlan(
+        kind="model", step="init", config=config, id_config=fields.id_config(cfg, config)
+    )
 
     def build(writer: ArtifactWriter) -> None:
         from uqcompress.models.loading import save_model
@@ -126,6 +133,7 @@ def run(cfg: InitConfig, out: Path | None = None, force: bool = False) -> StepRe
             cfg.image_size,
             cfg.patch_size,
             cfg.seed,
+            cfg.dtype,
         )
         save_model(loaded, writer.dir)
         writer.summary.update(model_summary(loaded))

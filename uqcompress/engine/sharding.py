@@ -1,0 +1,85 @@
+"""Fully sharded data parallel training (FSDP) for the training loop, on CPUs and GPUs.
+
+Under `torchrun` or `accelerate launch` with several processes, `--fsdp` (or an accelerate
+config with `distributed_type: FSDP`, which sets ACCELERATE_USE_FSDP) shards the model's
+weights, gradients and optimizer state across the processes with torch's FSDP2
+(`fully_shard`): each transformer block (the classes transformers lists in a model's
+`_no_split_modules`) is one unit, gathered for its forward and backward and freed after. A
+model that does not fit one process's memory trains this way. accelerate's own FSDP runs on
+GPUs only; this one works on CPUs too (gloo), which is how it is tested.
+
+Sharding changes the model in place (its parameters become DTensors), so after training the
+full weights are gathered and the model is rebuilt as a plain module (`unsharded`) before a
+step saves it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from uqcompress.models.loading import LoadedModel
+
+ACCELERATE_FSDP = "ACCELERATE_USE_FSDP"  # set by `accelerate launch` from an FSDP config
+
+
+def requested(flag: bool) -> bool:
+    """Whether the training loop shards: `--fsdp`, or an accelerate FSDP launch, with more
+    than one process (one process has nothing to shard across)."""
+    from uqcompress.runtime.distributed import world_size
+
+    from_accelerate = os.environ.get(ACCELERATE_FSDP, "").lower() in ("1", "true", "yes")
+    return (flag or from_accelerate) and world_size() > 1
+
+
+def block_classes(model: nn.Module) -> set[str]:
+    """The class names transformers keeps whole when it splits a model (`_no_split_modules`
+    of the model and of every transformers model inside it: an SVE's or a student's inner
+    classifier)."""
+    names: set[str] = set()
+    for module in model.modules():
+        names.update(getattr(module, "_no_split_modules", None) or [])
+    return names
+
+
+def shard(model: nn.Module) -> int:
+    """Shard `model` in place: each transformer block, then the rest as the root unit.
+    Returns how many blocks were sharded (0: the whole model is one unit). Call after the
+    process group exists (the loop's Accelerator makes it) and before the optimizer is made
+    (its parameters become the shards)."""
+    from torch.distributed.fsdp import fully_shard
+
+    classes = block_classes(model)
+    blocks = [m for m in model.modules() if type(m).__name__ in classes and m is not model]
+    for block in blocks:
+        fully_shard(block)
+    fully_shard(model)
+    return len(blocks)
+
+
+def unsharded(loaded: LoadedModel, model: nn.Module) -> nn.Module:
+    """A plain module holding `model`'s full weights (gathered from every process: call on
+    all of them), rebuilt from `loaded`'s config as loading would (a kind's skeleton, or the
+    family's classifier)."""
+    import torch
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    from uqcompress.models.kinds import kind_of
+
+    state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+    kind = kind_of(loaded.config)
+    with torch.random.fork_rng(devices=[]):  # building must not move the global RNG
+        plain: Any = (
+            kind.skeleton(loaded.config, loaded.family)
+            if kind.skeleton is not None
+            else loaded.family.classifier_class()(loaded.config)
+        )
+    # assign: the module takes the gathered tensors as they are, dtypes included (an SVE's
+    # float32 singular values in a bfloat16 model)
+    plain.load_state_dict(state, strict=True, assign=True)
+    plain.eval()
+    result: nn.Module = plain
+    return result
