@@ -60,16 +60,24 @@ def shard(model: nn.Module) -> int:
     return len(blocks)
 
 
-def unsharded(loaded: LoadedModel, model: nn.Module) -> nn.Module:
+def unsharded(loaded: LoadedModel, model: nn.Module, prefix: str = "") -> nn.Module:
     """A plain module holding `model`'s full weights (gathered from every process: call on
     all of them), rebuilt from `loaded`'s config as loading would (a kind's skeleton, or the
-    family's classifier)."""
+    family's classifier). `prefix`: the weights of one submodule of the sharded `model`
+    (DIRECTOR's `student.` inside the module that trained it)."""
     import torch
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     from uqcompress.models.kinds import kind_of
 
     state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+    # the gathered tensors can be views into one all-gather buffer; each gets its own
+    # storage, or safetensors refuses to save a tensor that does not cover its storage
+    state = {
+        name.removeprefix(prefix): value.clone() if isinstance(value, torch.Tensor) else value
+        for name, value in state.items()
+        if name.startswith(prefix)
+    }
     kind = kind_of(loaded.config)
     with torch.random.fork_rng(devices=[]):  # building must not move the global RNG
         plain: Any = (

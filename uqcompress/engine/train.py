@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from uqcompress.engine import sharding
 from uqcompress.errors import ConfigError, DataError
 from uqcompress.runtime import interrupts
 
@@ -65,6 +66,7 @@ class TrainConfig:
     has_val: bool = False  # validation data was given (select_best needs it)
     augment: str = "none"  # --augment: none or light (image training data only)
     workers: int = 0  # --workers: data-loader worker processes
+    fsdp: bool = False  # --fsdp: shard weights, gradients and optimizer state (engine/sharding)
 
     @classmethod
     def of(cls, step_config: Any) -> TrainConfig:
@@ -87,6 +89,7 @@ class TrainConfig:
             "resume",
             "augment",
             "workers",
+            "fsdp",
             "optimizer",
             "ema",
             "ema_every",
@@ -232,6 +235,8 @@ class TrainResult:
     val_curve: list[dict[str, float]] = field(default_factory=list)  # per-epoch validation
     # per epoch: epoch, steps, lr, train_loss, val_<metric>..., and what `epoch_end` added
     history: list[dict[str, Any]] = field(default_factory=list)
+    sharded: bool = False  # trained with FSDP (engine/sharding): the model is still sharded
+    sharded_blocks: int = 0
     steps: int = 0  # optimizer steps
     seconds: float = 0.0
     # of `seconds`, the time the loop waited for the data loader's next batch
@@ -471,6 +476,13 @@ def train(
         mixed_precision=PRECISIONS[cfg.precision],
         dataloader_config=DataLoaderConfiguration(split_batches=True),
     )
+    result = TrainResult()
+    if sharding.requested(cfg.fsdp):
+        _refuse_with_fsdp(cfg, checkpoint)
+        # FSDP instead of accelerate's data-parallel wrapper; the optimizer is made after,
+        # over the shards. Gradients are averaged over the processes as DDP's are.
+        result.sharded_blocks = sharding.shard(model)
+        result.sharded = True
     optimizer = make_optimizer(model, cfg)
     micro_per_epoch = len(loader)
     updates_per_epoch = math.ceil(micro_per_epoch / cfg.grad_accum)
@@ -484,7 +496,12 @@ def train(
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, schedule_factor(cfg.schedule, total, warmup)
     )
-    model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
+    if result.sharded:
+        optimizer, loader, scheduler = accelerator.prepare(optimizer, loader, scheduler)
+    else:
+        model, optimizer, loader, scheduler = accelerator.prepare(
+            model, optimizer, loader, scheduler
+        )
     unwrapped = accelerator.unwrap_model(model)
     average = (
         WeightAverage(unwrapped, cfg.ema, cfg.ema_every, cfg.ema_start)
@@ -492,7 +509,6 @@ def train(
         else None
     )
 
-    result = TrainResult()
     loop = _LoopState()
     if cfg.resume:
         if checkpoint is None or not checkpoint.file.is_file():
@@ -632,6 +648,21 @@ def train(
 
         shutil.rmtree(checkpoint.directory, ignore_errors=True)  # the run is complete
     return result
+
+
+def _refuse_with_fsdp(cfg: TrainConfig, checkpoint: Checkpointing | None) -> None:
+    """What FSDP training does not do yet: resumable checkpoints (their state would be one
+    process's shard) and --ema (its average would be too)."""
+    if cfg.checkpoint_every is not None or cfg.resume or checkpoint is not None:
+        raise ConfigError(
+            "--checkpoint-every and --resume are not supported with FSDP (--fsdp) yet",
+            hint="drop them, or train data-parallel without --fsdp",
+        )
+    if cfg.ema is not None:
+        raise ConfigError(
+            "--ema is not supported with FSDP (--fsdp) yet",
+            hint="drop --ema, or train data-parallel without --fsdp",
+        )
 
 
 def _check_starting_weights(model: nn.Module, source: str | None) -> None:
@@ -1267,6 +1298,8 @@ def fine_tune(
         checkpoint=checkpoint,
         source=source,
     )
+    if result.sharded:  # every process gathers the full weights into a plain module
+        loaded.model = sharding.unsharded(loaded, loaded.model)
     loaded.model.to("cpu")
     return FineTuned(loaded=loaded, result=result, notes=notes, warnings=warnings)
 

@@ -204,6 +204,11 @@ def distill(
         epoch_end=epoch_end,
         checkpoint=checkpoint,
     )
+    if result.sharded:  # --fsdp: the student's full weights, gathered from every process
+        from uqcompress.engine import sharding
+
+        rebuilt: Any = sharding.unsharded(teacher.derived(student, config), distiller, "student.")
+        student = rebuilt
     per_step_curve = [
         row["distill_loss_per_step"] for row in result.history if "distill_loss_per_step" in row
     ]

@@ -281,6 +281,8 @@ def training_summary(result: Any, train_cfg: Any, examples: int) -> dict[str, An
         summary["val_acc_curve"] = [round(m["acc"], 6) for m in result.val_curve]
         for name, value in result.kept_val.items():
             summary[f"val_{name}"] = round(value, 6)
+    if result.sharded:  # --fsdp: how many transformer blocks were sharded units
+        summary["fsdp_blocks"] = result.sharded_blocks
     if result.best_epoch is not None:
         summary["select_best"] = train_cfg.select_best
         summary["best_epoch"] = result.best_epoch

@@ -137,6 +137,12 @@ class TrainingOptions:
     resume: bool = runtime(False)
     augment: str = added("none")
     workers: int = runtime(0)
+    fsdp: bool = runtime(
+        False,
+        help="Under torchrun or accelerate launch: shard the weights, gradients and optimizer "
+        "state across the processes (FSDP), for a model that does not fit one. An accelerate "
+        "config with distributed_type FSDP turns it on too. Same result as data-parallel.",
+    )
 
 
 def resolve_training(cfg: Any) -> Any:

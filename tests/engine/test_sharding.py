@@ -1,0 +1,169 @@
+"""FSDP training (engine/sharding.py): `--fsdp` under `torchrun --nproc_per_node 2` on CPU
+(gloo) trains the same weights as one process, for finetune and svd-ensemble (its float32
+singular values in a bfloat16 base included); only rank 0 writes; what FSDP does not do yet is
+refused in one line."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from safetensors.torch import load_file
+
+from tests.runtime.test_distributed_steps import _free_port, _launch
+from uqcompress.artifacts import open_artifact
+
+
+def _commands(model: Path, data: Path, root: Path) -> list[list[str]]:
+    common = ["--data", str(data), "--epochs", "2", "--batch-size", "8", "--device", "cpu"]
+    return [
+        ["finetune", str(model), *common, "--lr", "2e-3", "--out", str(root / "finetune")],
+        ["svd-ensemble", str(model), *common, "--members", "2", "--out", str(root / "sve")],
+        [
+            "svd-ensemble",
+            str(model),
+            *common,
+            "--members",
+            "2",
+            "--dtype",
+            "bfloat16",
+            "--out",
+            str(root / "sve-bf16"),
+        ],
+        ["finetune", str(model), *common, "--ema", "0.9", "--out", str(root / "refused")],
+    ]
+
+
+def _director(model: Path, data: Path, out: Path) -> list[str]:
+    return [
+        "distill-director", str(model), "--data", str(data), "--epochs", "1",
+        "--batch-size", "8", "--samples", "2", "--device", "cpu", "--out", str(out),
+    ]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def sharded_runs(
+    tmp_path_factory: pytest.TempPathFactory, sentiment_csv: dict[str, Path]
+) -> tuple[Path, Path, subprocess.CompletedProcess[str]]:
+    """A tiny Llama, and one `torchrun --nproc_per_node 2` launch of every command with
+    --fsdp (one start-up for all)."""
+    from uqcompress.steps import init
+
+    root = tmp_path_factory.mktemp("fsdp")
+    model = init.run(
+        init.InitConfig(family="llama", preset="tiny", labels=["neg", "pos"], seed=0),
+        root / "model",
+    ).artifact.path
+    data = sentiment_csv["train"]
+    commands = [[*args, "--fsdp"] for args in _commands(model, data, root / "two")]
+    # DIRECTOR draws its noise per process: its reference is data-parallel on two processes
+    commands += [
+        [*_director(model, data, root / "two" / "director"), "--fsdp"],
+        _director(model, data, root / "ddp" / "director"),
+    ]
+    return root, model, _launch(root, commands)
+
+
+def test_fsdp_on_two_processes_trains_what_one_process_trains(
+    cli: Callable[..., Any],
+    tmp_path: Path,
+    sentiment_csv: dict[str, Path],
+    sharded_runs: tuple[Path, Path, subprocess.CompletedProcess[str]],
+) -> None:
+    root, model, run = sharded_runs
+    assert run.returncode == 0, run.stderr[-3000:]
+    for rank in (0, 1):  # three trainings, the refusal on both processes, two DIRECTORs
+        assert f"exit codes of rank {rank}: [0, 0, 0, 1, 0, 0]" in run.stderr, run.stderr[-3000:]
+    two, one = root / "two", tmp_path / "one"
+    names = ("finetune", "sve", "sve-bf16", "director")
+    assert run.stdout.strip().splitlines() == [
+        *(str(two / n) for n in names),
+        str(root / "ddp" / "director"),
+    ]
+    start = load_file(str(model / "model.safetensors"))
+    for args, name, tolerance in zip(
+        _commands(model, sentiment_csv["train"], one)[:3],
+        ("finetune", "sve", "sve-bf16"),
+        (1e-5, 1e-5, 5e-3),  # bfloat16 rounds the two runs' sums differently
+        strict=True,
+    ):
+        assert cli(*args).code == 0
+        a = load_file(str(one / name / "model.safetensors"))
+        b = load_file(str(two / name / "model.safetensors"))
+        assert set(a) == set(b)
+        assert all(a[k].dtype == b[k].dtype for k in a)
+        gap = max(float((a[k].float() - b[k].float()).abs().max()) for k in a)
+        assert gap < tolerance, (name, gap)
+        summary = open_artifact(two / name).manifest.summary
+        assert summary["fsdp_blocks"] == 2  # the tiny Llama's two decoder layers
+        assert open_artifact(one / name).id == open_artifact(two / name).id
+    tuned = load_file(str(one / "finetune" / "model.safetensors"))
+    moved = max(float((tuned[k] - start[k]).abs().max()) for k in start)
+    assert moved > 1e-3  # the weights compared above really trained
+    sigma = {k: v for k, v in load_file(str(two / "sve-bf16" / "model.safetensors")).items()}
+    assert {str(v.dtype) for k, v in sigma.items() if k.endswith("singular_values")} == {
+        "torch.float32"
+    }
+    sharded = load_file(str(two / "director" / "model.safetensors"))
+    parallel = load_file(str(root / "ddp" / "director" / "model.safetensors"))
+    assert set(sharded) == set(parallel)
+    assert max(float((sharded[k] - parallel[k]).abs().max()) for k in sharded) < 1e-5
+    # the student (a DiT block and heads) is one unit; the frozen teacher is not sharded
+    assert open_artifact(two / "director").manifest.summary["fsdp_blocks"] == 0
+    assert not (two / "refused").exists()
+    assert "--ema is not supported with FSDP (--fsdp) yet" in run.stderr
+
+
+def test_fsdp_is_requested_by_the_flag_or_an_accelerate_fsdp_launch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from uqcompress.engine import sharding
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.delenv(sharding.ACCELERATE_FSDP, raising=False)
+    assert sharding.requested(True) and not sharding.requested(False)
+    monkeypatch.setenv(sharding.ACCELERATE_FSDP, "true")
+    assert sharding.requested(False)
+    monkeypatch.setenv("WORLD_SIZE", "1")  # one process: nothing to shard across
+    assert not sharding.requested(True)
+
+
+def test_block_classes_are_what_transformers_keeps_whole() -> None:
+    from uqcompress.engine.sharding import block_classes
+    from uqcompress.models.factory import create_model
+
+    llama = create_model("llama", ["a", "b"], "tiny")
+    assert block_classes(llama.model) == {"LlamaDecoderLayer"}
+    assert "BertLayer" in block_classes(create_model("bert", ["a", "b"]).model)
+
+
+def test_accelerate_launch_with_an_fsdp_config_shards(
+    cli: Callable[..., Any],
+    tmp_path: Path,
+    sentiment_csv: dict[str, Path],
+    sharded_runs: tuple[Path, Path, subprocess.CompletedProcess[str]],
+) -> None:
+    """The shipped accelerate config (examples/accelerate/fsdp.yaml: 2 CPU processes) turns
+    the sharding on without --fsdp, and trains what one process trains."""
+    import os
+    import sys
+
+    root, model, _ = sharded_runs
+    args = _commands(model, sentiment_csv["train"], tmp_path)[0]  # finetune
+    config = Path(__file__).parents[2] / "examples" / "accelerate" / "fsdp.yaml"
+    launched = subprocess.run(
+        [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config),
+         "--main_process_port", str(_free_port()), "-m", "uqcompress", *args],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "UQC_ARTIFACTS": str(tmp_path / "default")},
+    )  # fmt: skip
+    assert launched.returncode == 0, launched.stderr[-3000:]
+    assert launched.stdout.strip() == str(tmp_path / "finetune")
+    assert open_artifact(tmp_path / "finetune").manifest.summary["fsdp_blocks"] == 2
+    reference = root / "two" / "finetune"  # the torchrun --fsdp run of the same command
+    a = load_file(str(reference / "model.safetensors"))
+    b = load_file(str(tmp_path / "finetune" / "model.safetensors"))
+    assert max(float((a[k] - b[k]).abs().max()) for k in a) < 1e-5
