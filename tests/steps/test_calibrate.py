@@ -262,3 +262,24 @@ def test_the_abstain_threshold_is_fitted_on_the_values_every_consumer_computes(
         got = Predictor(onnx_path).predict_pixels(data.images.as_pixels(1))
         assert np.abs(got.entropy.astype(np.float64) - threshold).min() <= 1e-6
         assert np.abs(got.entropy - torch_out.entropy).max() <= 1e-5
+
+
+def test_calibrate_in_bfloat16_fits_the_float32_temperature(
+    cli: Callable[..., Any], trained_bert_artifact: Path, sentiment_csv: dict[str, Path]
+) -> None:
+    """--dtype bfloat16: the logits the temperature is fitted to come from a bfloat16 model
+    (saved as such); the temperature stays within a few percent of float32's."""
+    from safetensors import safe_open
+
+    fitted = {}
+    for dtype in ("float32", "bfloat16"):
+        args = ("calibrate", str(trained_bert_artifact), "--data", str(sentiment_csv["test"]))
+        fitted[dtype] = json.loads(ok(cli(*args, "--dtype", dtype, "--json")))
+    half, full = fitted["bfloat16"], fitted["float32"]
+    assert half["summary"]["dtype"] == "bfloat16" and full["summary"]["dtype"] == "float32"
+    assert half["id"] != full["id"]
+    t_half, t_full = half["summary"]["temperature"], full["summary"]["temperature"]
+    assert t_full not in (cal.MIN_TEMPERATURE, cal.MAX_TEMPERATURE)
+    assert abs(t_half - t_full) / t_full < 0.05
+    with safe_open(str(Path(half["path"]) / "model.safetensors"), "pt") as f:
+        assert {f.get_slice(k).get_dtype() for k in list(f.keys())} == {"BF16"}

@@ -206,3 +206,23 @@ def test_a_250_character_out_name_is_accepted(  # type: ignore[no-untyped-def]
     assert evaluated.code == 0, evaluated.err
     assert (folder / "manifest.json").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([out.name, folder.name])
+
+
+def test_predict_in_bfloat16_is_close_to_float32(
+    cli: Callable[..., Any], trained_bert_artifact: Path, sentiment_csv: dict[str, Path]
+) -> None:
+    runs = {}
+    for dtype in ("float32", "bfloat16"):
+        result = cli(
+            "predict", str(trained_bert_artifact), "--data", str(sentiment_csv["test"]),
+            "--dtype", dtype,
+        )  # fmt: skip
+        assert result.code == 0, result.err
+        runs[dtype] = [json.loads(line) for line in result.out.splitlines()]
+    assert len(runs["float32"]) == len(runs["bfloat16"]) == 40
+    for full, half in zip(runs["float32"], runs["bfloat16"], strict=True):
+        for label, p in full["probs"].items():
+            assert half["probs"][label] == pytest.approx(p, abs=0.03)
+    pairs = zip(runs["float32"], runs["bfloat16"], strict=True)
+    agree = sum(f["label"] == h["label"] for f, h in pairs)
+    assert agree >= 38

@@ -13,7 +13,7 @@ from typing import Any
 from uqcompress.artifacts import ArtifactWriter, OutputPlan
 from uqcompress.errors import ConfigError
 from uqcompress.steps import config as fields
-from uqcompress.steps.common import StepResult, build_or_reuse
+from uqcompress.steps.common import StepResult, build_or_reuse, with_planned_dtype
 
 ECE_BINS = 15
 
@@ -42,6 +42,8 @@ class CalibrateConfig:
     text_pair_column: str | None = fields.runtime(None)
     device: str = fields.device()
     threads: int | None = fields.threads()
+    # the logits the temperature is fitted to; the calibrated model is saved in it too
+    dtype: str = fields.dtype()
     workers: int = fields.workers()
 
     def validate(self) -> None:
@@ -87,6 +89,7 @@ def run(
                 else "pass a model artifact (uqc fuse makes one model of a members artifact)",
             )
     source = resolve_model_source(model_path)
+    cfg = with_planned_dtype(cfg, source)
     data = load_data(
         cfg.data, cfg.text_column, cfg.label_column, text_pair_column=cfg.text_pair_column
     )
@@ -125,7 +128,7 @@ def _calibrate_into(model_path: Path, data: Any, cfg: CalibrateConfig, writer: A
     from uqcompress.uq import metrics as m
     from uqcompress.uq.functional import as_deployed
 
-    source = TorchSource(model_path, "model", cfg.device)
+    source = TorchSource(model_path, "model", cfg.device, dtype=cfg.dtype)
     source.workers = cfg.workers
     check_input_kind(data, source.input_kind, str(model_path))
     label_ids = map_labels(data, source.labels, placeholder=False).ids

@@ -9,7 +9,7 @@ from typing import Any
 from uqcompress.artifacts import ArtifactWriter, OutputPlan
 from uqcompress.errors import ConfigError
 from uqcompress.steps import config as fields
-from uqcompress.steps.common import StepResult, build_or_reuse
+from uqcompress.steps.common import StepResult, build_or_reuse, with_planned_dtype
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,7 @@ class MCDropoutConfig:
     )  # of the per-example dropout masks
     device: str = fields.device("cpu")
     threads: int | None = fields.threads()
+    dtype: str = fields.dtype()
 
     def validate(self) -> None:
         problems = fields.problems(self)
@@ -81,7 +82,7 @@ def run(
     cfg.validate()
     source = resolve_model_source(model_path)
     rate_given = cfg.rate is not None
-    cfg = resolve(source, cfg)
+    cfg = with_planned_dtype(resolve(source, cfg), source)
     config = asdict(cfg)
     plan = OutputPlan(
         kind="model",
@@ -97,7 +98,7 @@ def run(
         from uqcompress.models.loading import calibration_dropped, load_model, save_model
         from uqcompress.models.summary import model_summary
 
-        base = load_model(source)
+        base = load_model(source, cfg.dtype)
         if (dropped := calibration_dropped(base, source.path)) is not None:
             writer.warn(dropped)
         assert cfg.rate is not None

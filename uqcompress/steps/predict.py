@@ -68,6 +68,8 @@ class PredictConfig:
     workers: int = fields.workers()
     device: str = fields.device(option_default="cpu")
     threads: int | None = fields.threads()
+    # torch models only (an ONNX export runs its graph's own types); auto resolved on load
+    dtype: str = fields.dtype()
 
     def validate(self) -> None:
         fields.batching_problems(self).raise_any()  # non-finite numbers, bounds, >= 1
@@ -103,7 +105,12 @@ def run(model: Path, cfg: PredictConfig, out: Path | None = None, force: bool = 
         peek_source(model, "model")
         raise PlannedPrediction(len(examples))
     source = open_source(
-        model, "model", rank_device(cfg.device), cfg.threads, sample_chunk=cfg.sample_chunk
+        model,
+        "model",
+        rank_device(cfg.device),
+        cfg.threads,
+        sample_chunk=cfg.sample_chunk,
+        dtype=cfg.dtype,
     )
     source.workers = cfg.workers
     return write_predictions(source, examples, cfg.batch_size, cfg.max_length, out, sys.stdout)

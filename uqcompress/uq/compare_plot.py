@@ -21,6 +21,7 @@ from uqcompress.uq.plots import (
     HEADLINE_SCORE,
     draw_ood,
     draw_reliability,
+    drawn,
     reliability_stats,
     save_figure,
     styled,
@@ -144,12 +145,7 @@ def comparison_figure(models: list[ComparedModel], data: str) -> Any:
     with styled() as plt:
         height = summary_height + 3.4 * rows + 0.6
         fig = plt.figure(figsize=(4.0 * cols, height), layout="constrained")
-        try:
-            draw(fig)
-        except BaseException:
-            plt.close(fig)
-            raise
-        return fig
+        return drawn(draw, plt, fig)
 
 
 def save_comparison(models: list[ComparedModel], data: str, path: Path) -> None:

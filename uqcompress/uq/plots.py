@@ -87,7 +87,7 @@ def save_figure(fig: Any, path: Path) -> None:
         plt.close(fig)
 
 
-def _drawn(draw: Callable[[Any], None], plt: Any, fig: Any) -> Any:
+def drawn(draw: Callable[[Any], None], plt: Any, fig: Any) -> Any:
     """Run `draw(fig)`; a failure closes the figure before it propagates."""
     try:
         draw(fig)
@@ -223,7 +223,7 @@ def reliability_figure(bins: Mapping[str, npt.NDArray[Any]], model: str, data: s
 
     with styled() as plt:
         fig = plt.figure(figsize=(5.6, 5.4), layout="constrained")
-        return _drawn(draw, plt, fig)
+        return drawn(draw, plt, fig)
 
 
 def save_reliability_diagram(
@@ -323,7 +323,7 @@ def ood_figure(
 
     with styled() as plt:
         fig = plt.figure(figsize=(4.6 * len(names), 4.0), layout="constrained")
-        return _drawn(draw, plt, fig)
+        return drawn(draw, plt, fig)
 
 
 def save_ood_histograms(
@@ -411,7 +411,7 @@ def history_figure(
 
     with styled() as plt:
         fig = plt.figure(figsize=(4.2 * cols, 3.2 * rows + 0.6), layout="constrained")
-        return _drawn(draw, plt, fig)
+        return drawn(draw, plt, fig)
 
 
 def save_training_curves(
