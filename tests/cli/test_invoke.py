@@ -136,3 +136,31 @@ def test_dry_run_refuses_what_the_run_would_refuse(cli, vit: Path) -> None:  # t
     result = cli("prune", vit, "--ratio", "0.5", "--dry-run")
     assert result.code == 1 and result.out == ""
     assert "needs its head scores" in result.err
+
+
+def test_verbose_names_the_phases_of_init_import_fuse_and_mc_dropout(  # type: ignore[no-untyped-def]
+    cli, tmp_path: Path
+) -> None:
+    """Steps that build or rewrite a whole model say what they are doing (a spinner on a
+    terminal; under -v a timed line per phase)."""
+    init = cli("init", "--family", "bert", "--labels", "a,b", "-v", "--out", tmp_path / "m")
+    model = ok(init)
+    for phase in ("building it from its config took", "writing the model artifact took"):
+        assert phase in init.err, phase
+    import shutil
+
+    exported = Path(ok(cli("export", model, "--format", "safetensors", "--out", tmp_path / "p")))
+    plain = tmp_path / "plain"  # a save_pretrained directory: the export without its manifest
+    shutil.copytree(exported, plain, ignore=shutil.ignore_patterns("manifest.json"))
+    imported = cli("import", plain, "-v", "--out", tmp_path / "i")
+    ok(imported)
+    assert "loading the checkpoint took" in imported.err
+    scores = ok(cli("score", model, "--method", "l2", "--out", tmp_path / "s"))
+    members = ok(cli("prune", scores, "--members", "2", "--select", "partition"))
+    fused = cli("fuse", members, "-v", "--out", tmp_path / "f")
+    ok(fused)
+    for phase in ("loading the members took", "fusing and checking parity took"):
+        assert phase in fused.err, phase
+    dropout = cli("mc-dropout", model, "--samples", "2", "-v", "--out", tmp_path / "d")
+    ok(dropout)
+    assert "loading the model took" in dropout.err

@@ -71,44 +71,30 @@ def run(
     )
 
     def build(writer: ArtifactWriter) -> None:
-        from uqcompress.engine.modality import synthetic_batch
         from uqcompress.methods.hydra import (
-            check_fusable,
-            check_shared_layers,
-            fuse,
             mlp_spread,
         )
         from uqcompress.models.loading import (
-            calibration_dropped,
             load_model,
             resolve_model_source,
             save_model,
         )
         from uqcompress.models.summary import model_summary
-        from uqcompress.runtime.console import stderr
+        from uqcompress.runtime.console import activity, stderr
 
-        loaded = [load_model(resolve_model_source(p)) for p in members.paths]
-        for each, path in zip(loaded, members.paths, strict=True):
-            if (dropped := calibration_dropped(each, path)) is not None:
-                writer.warn(dropped)
-        check_fusable(loaded, members.names)
-        check_shared_layers(loaded, cfg.shared_layers)
-        trunk = f" on a trunk of {cfg.shared_layers} shared blocks" if cfg.shared_layers else ""
-        stderr.print(f"[dim]fusing {len(loaded)} {loaded[0].family.name} members{trunk}...[/dim]")
-        hydra = fuse(loaded, cfg.shared_layers)
-        batch = synthetic_batch(loaded[0], count=CHECK_EXAMPLES)
-        parity = _parity_vs_shared_weights(hydra, loaded, batch, cfg.shared_layers)
-        if not parity.passed:
-            raise ParityError(
-                f"the fused model differs from its members: {parity.describe()}; nothing written",
-                hint="this is a bug in uqc's Hydra fusion; please report it with the members",
-            )
+        with activity(f"fusing {len(members.paths)} members") as work:
+            work.step("loading the members")
+            loaded = [load_model(resolve_model_source(p)) for p in members.paths]
+            work.step("fusing and checking parity")
+            hydra, parity, batch = _fused(loaded, members, cfg, writer, stderr)
+            work.step("saving the Hydra model")
+            save_model(hydra, writer.dir)
+            save_parity(writer.dir, parity)
         worst = parity.max_abs_diff["member_logits"]
         spread = mlp_spread(loaded)
         change = change_vs_members(hydra, loaded, batch)
-        save_model(hydra, writer.dir)
-        save_parity(writer.dir, parity)
         summary = model_summary(hydra)
+
         member_parameters = [m.num_parameters() for m in loaded]
         summary.update(
             {
@@ -157,6 +143,33 @@ def run(
             )
 
     return build_or_reuse(plan, out, force, build)
+
+
+def _fused(
+    loaded: list[Any], members: MemberInputs, cfg: FuseConfig, writer: Any, stderr: Any
+) -> tuple[Any, Any, dict[str, Any]]:
+    """The Hydra model of the loaded members, checked against them: (hydra, parity, the
+    synthetic batch it was checked on). ParityError (nothing written) when they differ."""
+    from uqcompress.engine.modality import synthetic_batch
+    from uqcompress.methods.hydra import check_fusable, check_shared_layers, fuse
+    from uqcompress.models.loading import calibration_dropped
+
+    for each, path in zip(loaded, members.paths, strict=True):
+        if (dropped := calibration_dropped(each, path)) is not None:
+            writer.warn(dropped)
+    check_fusable(loaded, members.names)
+    check_shared_layers(loaded, cfg.shared_layers)
+    trunk = f" on a trunk of {cfg.shared_layers} shared blocks" if cfg.shared_layers else ""
+    stderr.print(f"[dim]fusing {len(loaded)} {loaded[0].family.name} members{trunk}...[/dim]")
+    hydra = fuse(loaded, cfg.shared_layers)
+    batch = synthetic_batch(loaded[0], count=CHECK_EXAMPLES)
+    parity = _parity_vs_shared_weights(hydra, loaded, batch, cfg.shared_layers)
+    if not parity.passed:
+        raise ParityError(
+            f"the fused model differs from its members: {parity.describe()}; nothing written",
+            hint="this is a bug in uqc's Hydra fusion; please report it with the members",
+        )
+    return hydra, parity, batch
 
 
 def _parity_vs_shared_weights(

@@ -54,7 +54,13 @@ def run(
     )
 
     def build(writer: ArtifactWriter) -> None:
-        _write(writer, load_model(model_source), source, fingerprint)
+        from uqcompress.runtime.console import activity
+
+        with activity(f"importing {source}") as work:
+            work.step("loading the checkpoint")
+            loaded = load_model(model_source)
+            work.step("writing the model artifact")
+            _write(writer, loaded, source, fingerprint)
 
     return build_or_reuse(plan, out, force, build)
 
@@ -75,7 +81,13 @@ def _import_gguf(file: Path, out: Path | None, force: bool) -> StepResult:
     )
 
     def build(writer: ArtifactWriter) -> None:
-        _write(writer, load_gguf(described), file, fingerprint)
+        from uqcompress.runtime.console import activity
+
+        with activity(f"importing {file}") as work:
+            work.step("reading and dequantizing the GGUF file")
+            loaded = load_gguf(described)
+            work.step("writing the model artifact")
+            _write(writer, loaded, file, fingerprint)
         writer.summary.update(described.summary())
         if described.quantized:
             writer.warn(

@@ -124,18 +124,22 @@ def run(cfg: InitConfig, out: Path | None = None, force: bool = False) -> StepRe
     def build(writer: ArtifactWriter) -> None:
         from uqcompress.models.loading import save_model
         from uqcompress.models.summary import model_summary
+        from uqcompress.runtime.console import activity
 
-        loaded = create_model(
-            cfg.family,
-            labels,
-            cfg.preset,
-            cfg.overrides,
-            cfg.image_size,
-            cfg.patch_size,
-            cfg.seed,
-            cfg.dtype,
-        )
-        save_model(loaded, writer.dir)
+        with activity(f"creating a {cfg.family} model") as work:
+            work.step("building it from its config")
+            loaded = create_model(
+                cfg.family,
+                labels,
+                cfg.preset,
+                cfg.overrides,
+                cfg.image_size,
+                cfg.patch_size,
+                cfg.seed,
+                cfg.dtype,
+            )
+            work.step("writing the model artifact")
+            save_model(loaded, writer.dir)
         writer.summary.update(model_summary(loaded))
         writer.summary["trained"] = False
 

@@ -97,13 +97,17 @@ def run(
         from uqcompress.methods.mc_dropout import build_mc_dropout
         from uqcompress.models.loading import calibration_dropped, load_model, save_model
         from uqcompress.models.summary import model_summary
+        from uqcompress.runtime.console import activity
 
-        base = load_model(source, cfg.dtype)
-        if (dropped := calibration_dropped(base, source.path)) is not None:
-            writer.warn(dropped)
-        assert cfg.rate is not None
-        loaded = build_mc_dropout(base, cfg.samples, cfg.rate, cfg.seed)
-        save_model(loaded, writer.dir)
+        with activity("making an MC Dropout model") as work:
+            work.step("loading the model")
+            base = load_model(source, cfg.dtype)
+            if (dropped := calibration_dropped(base, source.path)) is not None:
+                writer.warn(dropped)
+            assert cfg.rate is not None
+            loaded = build_mc_dropout(base, cfg.samples, cfg.rate, cfg.seed)
+            work.step("writing the model artifact")
+            save_model(loaded, writer.dir)
         summary = model_summary(loaded)
         summary["rate_from"] = "--rate" if rate_given else "hidden_dropout_prob"
         writer.summary.update(summary)
