@@ -146,3 +146,33 @@ def test_a_student_is_not_fine_tuned_without_its_teacher(
     result = cli("finetune", str(vit_student), "--data", "builtin:digits@val", "--out", str(out))
     _refused(result, "DIRECTOR student", "distill-director")
     assert not out.exists()
+
+
+def test_a_bfloat16_teacher_distils_a_float32_transition(
+    tmp_path: Path, sentiment_csv: dict[str, Path]
+) -> None:
+    """--dtype bfloat16: the frozen teacher and its copies in bfloat16 (half the memory),
+    the transition and the training head in float32; the losses follow the float32 run's."""
+    from safetensors import safe_open
+
+    from uqcompress.steps import director, init
+
+    base = init.run(
+        init.InitConfig(family="llama", preset="tiny", labels=["neg", "pos"], seed=0),
+        tmp_path / "base",
+    ).artifact.path
+    runs = {}
+    for dtype in ("float32", "bfloat16"):
+        cfg = director.DirectorConfig(
+            data=str(sentiment_csv["train"]), epochs=2, batch_size=8, samples=2, dtype=dtype
+        )
+        runs[dtype] = director.run(base, cfg, tmp_path / dtype).artifact
+    half = runs["bfloat16"].manifest.summary
+    assert half["dtype"] == "bfloat16"
+    full = runs["float32"].manifest.summary["loss_curve"]
+    assert half["loss_curve"] == pytest.approx(full, rel=0.02)
+    with safe_open(str(runs["bfloat16"].path / "model.safetensors"), "pt") as f:
+        names = list(f.keys())  # safe_open is not iterable
+        kinds = {k: f.get_slice(k).get_dtype() for k in names}
+    assert {v for k, v in kinds.items() if k.startswith("transition.")} == {"F32"}
+    assert {v for k, v in kinds.items() if k.startswith("embeddings.")} == {"BF16"}

@@ -134,10 +134,14 @@ def distillation_loss(
     research code's lambda_mean MSE(mean) + lambda_std MSE(std, teacher std).
     """
     mask = teacher.mask
-    additive = additive_mask(mask, teacher.states.dtype)
+    # the transition's dtype (float32 under a bfloat16 teacher, --dtype): the teacher's
+    # states are widened to it, so the loss and its gradients are float32 too
+    dtype = next(model.transition.parameters()).dtype
+    additive = additive_mask(mask, dtype)
     per_step = []
     for step in range(model.steps):
-        source, target = teacher.states[step], teacher.states[step + 1]
+        source = teacher.states[step].to(dtype)
+        target = teacher.states[step + 1].to(dtype)
         mean, std = model.transition(source, step, additive)
         reference_std = teacher_std[step] if teacher_std is not None else torch.zeros_like(std)
         if weights.loss == "mse":
@@ -210,4 +214,9 @@ def build_student(
         torch.manual_seed(seed)
         student = DirectorModel(loaded.model, loaded.family, spec)
     student_trainable(student, train_head)
+    # What trains stays float32 in a half-precision teacher (--dtype): the transition (made
+    # new, float32) and, when it trains, the head; the frozen copies keep the teacher's dtype.
+    if train_head:
+        for name in [*(f"last_{n}" for n in student._tail_names), *student._head_names]:
+            getattr(student, name).float()
     return student.eval()  # inference mode (seeded noise) until a training loop says otherwise

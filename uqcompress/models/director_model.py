@@ -304,6 +304,11 @@ class DirectorModel(nn.Module):
         None for the means only. `rows`: run the transition on at most this many of the N
         sequences at a time (the same draws, so the same result; activations, attention's
         above all, grow with the rows of one pass)."""
+        # The transition computes in its own dtype (float32 when the teacher's frozen parts
+        # are bfloat16, `--dtype`): the state between its steps keeps that precision.
+        x = x.to(next(self.transition.parameters()).dtype)
+        if mask is not None and mask.is_floating_point():  # additive: in the same dtype
+            mask = mask.to(x.dtype)
         for step in range(self.steps):
             if noise is None:
                 draw = None
@@ -313,8 +318,19 @@ class DirectorModel(nn.Module):
                 draw = noise[step]
             else:
                 draw = noise()
+            if draw is not None:
+                draw = draw.to(x.dtype)
             x = self._step(x, step, mask, draw, rows)
         return x
+
+    def _head_dtype(self) -> torch.dtype:
+        """The dtype the head computes in (float32 when it trains, else the teacher's): its
+        first weight's; the embeddings' if it has none."""
+        names = [*(f"last_{n}" for n in self._tail_names), *self._head_names]
+        for module in (getattr(self, name) for name in names):
+            for param in module.parameters():
+                return param.dtype
+        return next(self.embeddings.parameters()).dtype
 
     def _step(
         self,
@@ -374,7 +390,7 @@ class DirectorModel(nn.Module):
         keep = inputs.get("attention_mask")  # [B, T] 1/0: only a last-token head reads it
         last_token = self.family.layout.pooled_token == "last"
         folded_keep = keep.repeat(samples, 1) if keep is not None and last_token else None
-        x_k = self.rollout(x, folded_mask, draws, rows)  # [S*B, T, d]
+        x_k = self.rollout(x, folded_mask, draws, rows).to(self._head_dtype())  # [S*B, T, d]
         if rows is None:
             logits = self.head(x_k, folded_keep)  # [S*B, C]
         else:

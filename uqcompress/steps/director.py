@@ -14,6 +14,7 @@ from uqcompress.steps.common import (
     checkpointing,
     load_training_data,
     training_summary,
+    with_planned_dtype,
     write_history,
 )
 
@@ -62,6 +63,8 @@ class DirectorConfig(fields.TrainingOptions):
     text_pair_column: str | None = fields.runtime(None)
     device: str = fields.device()
     threads: int | None = fields.threads()
+    # the frozen teacher's dtype; the transition (and a training head) stay float32
+    dtype: str = fields.dtype()
 
     def train_config(self) -> Any:
         from uqcompress.engine.train import TrainConfig
@@ -112,6 +115,7 @@ def run(
     train_cfg = cfg.train_config()
     source = resolve_model_source(model_path)
     refuse_fused(source, "distill-director")
+    cfg = with_planned_dtype(cfg, source)
     loaded_data = load_training_data(
         cfg.data, cfg.val, cfg.text_column, cfg.label_column, cfg.text_pair_column
     )
@@ -130,7 +134,7 @@ def run(
     def build(writer: ArtifactWriter) -> None:
         from uqcompress.models.loading import calibration_dropped, load_model
 
-        teacher = load_model(source)
+        teacher = load_model(source, cfg.dtype)
         if (dropped := calibration_dropped(teacher, source.path)) is not None:
             writer.warn(dropped)
         checkpoint = checkpointing(cfg, writer)
