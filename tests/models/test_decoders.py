@@ -105,3 +105,35 @@ def test_an_init_models_tokenizer_comes_back_the_same(family: str, tmp_path: Pat
     expected = created.tokenizer(text)["input_ids"]
     assert loaded.tokenizer(text)["input_ids"] == expected
     assert len(expected) == 8  # [CLS], one token per word, [SEP]: words, not characters
+
+
+def test_a_bfloat16_checkpoint_imports_and_exports_in_bfloat16(
+    tmp_path: Path, cli: Callable[..., Any]
+) -> None:
+    """import --dtype bfloat16 keeps the checkpoint's weights as they are (no float32 copy
+    written); export traces them widened to float32, behind its parity gate, with float32
+    inputs and outputs; quantize --mode fp16 then makes the half-precision graph."""
+    import onnx
+    from safetensors import safe_open
+    from transformers import AutoModelForSequenceClassification
+
+    source = save_family_checkpoint("qwen2", tmp_path / "ckpt", ("neg", "pos"))
+    model = AutoModelForSequenceClassification.from_pretrained(str(source))
+    model.to(torch.bfloat16).save_pretrained(str(source))
+    half = json.loads(cli("import", source, "--dtype", "bfloat16", "--json").out)
+    full = json.loads(cli("import", source, "--json").out)
+    assert half["id"] != full["id"] and half["summary"]["loaded_dtype"] == "bfloat16"
+    with safe_open(str(Path(half["path"]) / "model.safetensors"), "pt") as f:
+        assert {f.get_slice(k).get_dtype() for k in list(f.keys())} == {"BF16"}
+    assert not any("they were loaded as" in w for w in half["warnings"])
+    exported = cli("export", half["path"], "--json")
+    assert exported.code == 0, exported.err
+    onnx_dir = Path(json.loads(exported.out)["path"])
+    graph = onnx.load(str(onnx_dir / "model.onnx"), load_external_data=False).graph
+    float32 = onnx.TensorProto.FLOAT
+    assert all(o.type.tensor_type.elem_type == float32 for o in graph.output)
+    assert json.loads((onnx_dir / "parity.json").read_text())["passed"]
+    data = tmp_path / "d.csv"
+    data.write_text("text,label\nhello there,neg\ngood film,pos\nbad film,neg\nnice,pos\n")
+    quantized = cli("quantize", onnx_dir, "--mode", "fp16", "--data", data)
+    assert quantized.code == 0, quantized.err

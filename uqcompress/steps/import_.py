@@ -25,16 +25,23 @@ class ImportConfig:
         help="Accept a checkpoint whose config asks to run its own code (auto_map). uqc "
         "never runs that code; it loads the weights with transformers' classes for the family.",
     )
+    # what the weights are loaded and written as (auto: a >1B decoder's own half dtype, so a
+    # 7B bfloat16 checkpoint imports in 14 GB, not 28); GGUF files are always float32
+    dtype: str = fields.dtype()
 
     def validate(self) -> None:
         fields.problems(self).raise_any()
 
 
 def run(
-    source: Path, out: Path | None = None, force: bool = False, trust_remote_code: bool = False
+    source: Path,
+    out: Path | None = None,
+    force: bool = False,
+    trust_remote_code: bool = False,
+    dtype: str = "auto",
 ) -> StepResult:
     from uqcompress.models.gguf import find_gguf
-    from uqcompress.models.loading import load_model, resolve_model_source
+    from uqcompress.models.loading import load_model, planned_dtype, resolve_model_source
 
     gguf_file = find_gguf(Path(source))
     if gguf_file is not None:
@@ -46,19 +53,19 @@ def run(
             hint="use it directly as the input of the next step",
         )
     fingerprint = model_source.ref.id.removeprefix("dir-")
-    plan = OutputPlan(
-        kind="model",
-        step="import",
-        config={"source": str(Path(source).resolve()), "source_fingerprint": fingerprint},
-        id_config={"source_fingerprint": fingerprint},
-    )
+    planned = planned_dtype(model_source, dtype)
+    config = {"source": str(Path(source).resolve()), "source_fingerprint": fingerprint}
+    id_config = {"source_fingerprint": fingerprint}
+    if planned != "float32":  # float32 left out: imports made before --dtype keep their ids
+        config["dtype"] = id_config["dtype"] = planned
+    plan = OutputPlan(kind="model", step="import", config=config, id_config=id_config)
 
     def build(writer: ArtifactWriter) -> None:
         from uqcompress.runtime.console import activity
 
         with activity(f"importing {source}") as work:
             work.step("loading the checkpoint")
-            loaded = load_model(model_source)
+            loaded = load_model(model_source, planned)
             work.step("writing the model artifact")
             _write(writer, loaded, source, fingerprint)
 
@@ -118,7 +125,7 @@ def _write(writer: ArtifactWriter, loaded: LoadedModel, source: Path, fingerprin
         )
     if loaded.checkpoint_dtype is not None:
         writer.summary["checkpoint_dtype"] = loaded.checkpoint_dtype
-        writer.summary["loaded_dtype"] = "float32"
+        writer.summary["loaded_dtype"] = loaded.dtype
     for note in loaded.notes:
         writer.warn(note)
     writer.summary["source_fingerprint"] = fingerprint

@@ -330,7 +330,9 @@ STEPS: dict[str, Step] = {
                     "when online) ('-' reads stdin).",
                 ),
             ),
-            lambda m, i, cfg, out, force: m.run(i["source"], out, force, cfg.trust_remote_code),
+            lambda m, i, cfg, out, force: m.run(
+                i["source"], out, force, cfg.trust_remote_code, cfg.dtype
+            ),
         ),
         Step("finetune", "uqcompress.steps.finetune", "FinetuneConfig", MODEL, _one),
         Step("score", "uqcompress.steps.score", "ScoreConfig", MODEL, _one),
