@@ -115,6 +115,17 @@ def tiny_bert_artifact(session_root: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_llama_artifact(session_root: Path) -> Path:
+    """An untrained tiny Llama model artifact (labels neg,pos), built once per session."""
+    from uqcompress.steps import init
+
+    return init.run(
+        init.InitConfig(family="llama", preset="tiny", labels=["neg", "pos"], seed=0),
+        session_root / "llama-init",
+    ).artifact.path
+
+
+@pytest.fixture(scope="session")
 def tiny_vit_artifact(session_root: Path) -> Path:
     from uqcompress.steps import init
 

@@ -46,17 +46,14 @@ def _director(model: Path, data: Path, out: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def sharded_runs(
-    tmp_path_factory: pytest.TempPathFactory, sentiment_csv: dict[str, Path]
+    tmp_path_factory: pytest.TempPathFactory,
+    sentiment_csv: dict[str, Path],
+    tiny_llama_artifact: Path,
 ) -> tuple[Path, Path, subprocess.CompletedProcess[str]]:
     """A tiny Llama, and one `torchrun --nproc_per_node 2` launch of every command with
     --fsdp (one start-up for all)."""
-    from uqcompress.steps import init
-
     root = tmp_path_factory.mktemp("fsdp")
-    model = init.run(
-        init.InitConfig(family="llama", preset="tiny", labels=["neg", "pos"], seed=0),
-        root / "model",
-    ).artifact.path
+    model = tiny_llama_artifact
     data = sentiment_csv["train"]
     commands = [[*args, "--fsdp"] for args in _commands(model, data, root / "two")]
     # DIRECTOR draws its noise per process: its reference is data-parallel on two processes

@@ -149,18 +149,15 @@ def test_a_student_is_not_fine_tuned_without_its_teacher(
 
 
 def test_a_bfloat16_teacher_distils_a_float32_transition(
-    tmp_path: Path, sentiment_csv: dict[str, Path]
+    tmp_path: Path, sentiment_csv: dict[str, Path], tiny_llama_artifact: Path
 ) -> None:
     """--dtype bfloat16: the frozen teacher and its copies in bfloat16 (half the memory),
     the transition and the training head in float32; the losses follow the float32 run's."""
     from safetensors import safe_open
 
-    from uqcompress.steps import director, init
+    from uqcompress.steps import director
 
-    base = init.run(
-        init.InitConfig(family="llama", preset="tiny", labels=["neg", "pos"], seed=0),
-        tmp_path / "base",
-    ).artifact.path
+    base = tiny_llama_artifact
     runs = {}
     for dtype in ("float32", "bfloat16"):
         cfg = director.DirectorConfig(

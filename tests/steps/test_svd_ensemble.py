@@ -118,7 +118,7 @@ def test_extra_biases_option_and_the_paper_default(  # type: ignore[no-untyped-d
 
 
 def test_bfloat16_base_trains_float32_singular_values(
-    tmp_path: Path, sentiment_csv: dict[str, Path]
+    tmp_path: Path, sentiment_csv: dict[str, Path], tiny_llama_artifact: Path
 ) -> None:
     """--dtype bfloat16: U, V and the frozen base in bfloat16 (half the memory), the
     singular values and biases trained in float32; what it learns stays close to the same
@@ -126,12 +126,9 @@ def test_bfloat16_base_trains_float32_singular_values(
     import torch
     from safetensors import safe_open
 
-    from uqcompress.steps import init, sve
+    from uqcompress.steps import sve
 
-    base = init.run(
-        init.InitConfig(family="llama", preset="tiny", labels=["neg", "pos"], seed=0),
-        tmp_path / "base",
-    ).artifact.path
+    base = tiny_llama_artifact
     runs = {}
     for dtype in ("float32", "bfloat16"):
         cfg = sve.SVEConfig(data=str(sentiment_csv["train"]), members=2, epochs=1, dtype=dtype)

@@ -311,3 +311,14 @@ def test_per_class_accuracy_is_each_class_recall() -> None:
     labels = np.array([0, 1, 1, 2, 2, 0])
     assert per_class_accuracy(probs, labels) == [0.5, 0.5, 1.0]
     assert per_class_accuracy(np.eye(3)[[0, 1]], np.array([0, 1])) == [1.0, 1.0, None]
+
+
+def test_ood_set_names_come_from_metric_keys_in_first_seen_order() -> None:
+    from uqcompress.uq.metrics import ood_set_names
+
+    metrics = [
+        {"acc": 0.9, "ood.photos.entropy.auroc": 0.8, "ood.noise.msp.fpr95": 0.3},
+        {"ood.noise.entropy.auroc": 0.7, "ood.text.entropy.aupr": 0.6, "ood.bad": 1.0},
+    ]
+    assert ood_set_names(metrics) == ["photos", "noise", "text"]
+    assert ood_set_names([]) == []

@@ -30,17 +30,6 @@ UNCERTAINTY = (
 )
 
 
-def ood_sets(rows: list[tuple[str, dict[str, Any]]]) -> list[str]:
-    names: list[str] = []
-    for _, metrics in rows:
-        for key in metrics:
-            if key.startswith("ood.") and key.count(".") == 3:
-                name = key.split(".")[1]
-                if name not in names:
-                    names.append(name)
-    return names
-
-
 def print_metrics(
     rows: list[tuple[str, dict[str, Any]]], title: str = "evaluation", ratio: bool = False
 ) -> None:
@@ -50,7 +39,9 @@ def print_metrics(
     columns: list[tuple[str, str, str]] = list(LEADING)
     if any("mi" in metrics for _, metrics in rows):
         columns += UNCERTAINTY
-    sets = ood_sets(rows)
+    from uqcompress.uq.metrics import ood_set_names
+
+    sets = ood_set_names(metrics for _, metrics in rows)
     for name in sets:
         prefix = f"ood.{name}.{TABLE_OOD_SCORE}"
         columns += [

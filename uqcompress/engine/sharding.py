@@ -69,6 +69,7 @@ def unsharded(loaded: LoadedModel, model: nn.Module, prefix: str = "") -> nn.Mod
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     from uqcompress.models.kinds import kind_of
+    from uqcompress.models.surgery import classifier_skeleton
 
     state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
     # the gathered tensors can be views into one all-gather buffer; each gets its own
@@ -78,13 +79,9 @@ def unsharded(loaded: LoadedModel, model: nn.Module, prefix: str = "") -> nn.Mod
         for name, value in state.items()
         if name.startswith(prefix)
     }
-    kind = kind_of(loaded.config)
+    build = kind_of(loaded.config).skeleton or classifier_skeleton
     with torch.random.fork_rng(devices=[]):  # building must not move the global RNG
-        plain: Any = (
-            kind.skeleton(loaded.config, loaded.family)
-            if kind.skeleton is not None
-            else loaded.family.classifier_class()(loaded.config)
-        )
+        plain: Any = build(loaded.config, loaded.family)
     # assign: the module takes the gathered tensors as they are, dtypes included (an SVE's
     # float32 singular values in a bfloat16 model)
     plain.load_state_dict(state, strict=True, assign=True)

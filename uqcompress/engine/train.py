@@ -478,7 +478,7 @@ def train(
     )
     result = TrainResult()
     if sharding.requested(cfg.fsdp):
-        _refuse_with_fsdp(cfg, checkpoint)
+        _refuse_with_fsdp(cfg)
         # FSDP instead of accelerate's data-parallel wrapper; the optimizer is made after,
         # over the shards. Gradients are averaged over the processes as DDP's are.
         result.sharded_blocks = sharding.shard(model)
@@ -650,10 +650,10 @@ def train(
     return result
 
 
-def _refuse_with_fsdp(cfg: TrainConfig, checkpoint: Checkpointing | None) -> None:
+def _refuse_with_fsdp(cfg: TrainConfig) -> None:
     """What FSDP training does not do yet: resumable checkpoints (their state would be one
     process's shard) and --ema (its average would be too)."""
-    if cfg.checkpoint_every is not None or cfg.resume or checkpoint is not None:
+    if cfg.checkpoint_every is not None or cfg.resume:
         raise ConfigError(
             "--checkpoint-every and --resume are not supported with FSDP (--fsdp) yet",
             hint="drop them, or train data-parallel without --fsdp",

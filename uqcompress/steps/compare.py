@@ -123,21 +123,12 @@ def _names(cfg: CompareConfig, artifacts: list[Any]) -> list[str]:
     return names
 
 
-def ood_sets(metrics: list[dict[str, Any]]) -> list[str]:
-    sets: list[str] = []
-    for each in metrics:
-        for key in each:
-            parts = key.split(".")
-            if parts[0] == "ood" and len(parts) == 4 and parts[1] not in sets:
-                sets.append(parts[1])
-    return sets
-
-
 def comparison(rows: list[Row], baseline: int) -> dict[str, Any]:
     """Columns and one record per model; `latency_ratio` is to the baseline row."""
+    from uqcompress.uq.metrics import ood_set_names
     from uqcompress.uq.quality_gates import UNCERTAINTY_METRICS
 
-    sets = ood_sets([r.metrics for r in rows])
+    sets = ood_set_names(r.metrics for r in rows)
     columns = list(BASE_COLUMNS)
     if any("mi" in r.metrics for r in rows):  # an ensemble: its uncertainty decomposition
         columns += UNCERTAINTY_METRICS

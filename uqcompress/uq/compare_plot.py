@@ -60,15 +60,6 @@ def _headline_metrics(models: list[ComparedModel], ood_set: str | None) -> list[
     return panels
 
 
-def _first_ood_set(models: list[ComparedModel]) -> str | None:
-    for model in models:
-        for key in model.metrics:
-            parts = key.split(".")
-            if parts[0] == "ood" and len(parts) == 4:
-                return parts[1]
-    return None
-
-
 def _draw_summary(subfig: Any, models: list[ComparedModel], ood_set: str | None) -> None:
     panels = _headline_metrics(models, ood_set)
     axes = subfig.subplots(1, len(panels), sharey=True, squeeze=False)[0]
@@ -113,7 +104,9 @@ def comparison_figure(models: list[ComparedModel], data: str) -> Any:
         raise ValueError("models is empty; pass at least one ComparedModel")
     from matplotlib.patches import Patch
 
-    ood_set = _first_ood_set(models)
+    from uqcompress.uq.metrics import ood_set_names
+
+    ood_set = next(iter(ood_set_names(m.metrics for m in models)), None)
     with_ood = any(m.ood_entropy for m in models)
     per_model = 2 if with_ood else 1
     cols = 4

@@ -16,6 +16,7 @@ out-of-distribution (OOD) scores follow one convention: HIGHER means MORE uncert
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -33,6 +34,7 @@ __all__ = [
     "member_mutual_information",
     "nll",
     "ood_detection",
+    "ood_set_names",
     "per_class_accuracy",
     "predictive_entropy",
     "reliability_bins",
@@ -397,6 +399,18 @@ def _validate_scores(scores: FloatArray, name: str) -> npt.NDArray[np.float64]:
     if not np.all(np.isfinite(s64)):
         raise ValueError(f"{name} contains NaN or infinite values")
     return s64
+
+
+def ood_set_names(metrics: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The OOD sets named by metric keys `ood.<set>.<score>.<metric>` of any of `metrics`
+    (eval's metrics.json dicts), in the order they first appear."""
+    names: list[str] = []
+    for each in metrics:
+        for key in each:
+            parts = key.split(".")
+            if parts[0] == "ood" and len(parts) == 4 and parts[1] not in names:
+                names.append(parts[1])
+    return names
 
 
 def ood_detection(scores_in: FloatArray, scores_out: FloatArray) -> dict[str, float]:
