@@ -102,7 +102,14 @@ class Problems:
         self.errors: list[ConfigError] = []
 
     def add(self, message: str, hint: str | None = None) -> None:
-        self.errors.append(ConfigError(message, hint))
+        self._keep(ConfigError(message, hint))
+
+    def _keep(self, error: ConfigError) -> None:
+        """Keep `error` unless the same problem is already said: a step config and the
+        training engine both check the shared bounds (runtime/limits), and a user is told each
+        problem once."""
+        if all(str(kept) != str(error) for kept in self.errors):
+            self.errors.append(error)
 
     def check(self, validate: object) -> None:
         """Run a callable that raises ConfigError (or ConfigProblems); keep what it raised."""
@@ -110,9 +117,10 @@ class Problems:
         try:
             validate()
         except ConfigProblems as exc:
-            self.errors.extend(exc.problems)
+            for problem in exc.problems:
+                self._keep(problem)
         except ConfigError as exc:
-            self.errors.append(exc)
+            self._keep(exc)
 
     def raise_any(self) -> None:
         if self.errors:

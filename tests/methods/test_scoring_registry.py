@@ -164,14 +164,15 @@ def test_score_config_checks_come_from_the_registry(
     assert caught.value.hint is not None and hint in caught.value.hint
 
 
-def test_score_config_reports_every_problem_in_the_old_order() -> None:
+def test_score_config_reports_every_problem_bounds_first() -> None:
     cfg = ScoreConfig(method="nope", members=0, ood="builtin:digits@val", calib_pool=4)
     with pytest.raises(ConfigError) as caught:
         cfg.validate()
     lines = str(caught.value.message).splitlines()
+    # the shared bounds (runtime/limits) first, then the scorer's own checks in their order
     assert [line.split(" (fix:")[0].strip() for line in lines if line.strip()][-4:] == [
-        "unknown --method 'nope'",
         "--members 0 must be at least 1",
+        "unknown --method 'nope'",
         "--ood is used by --method headmap and greedy-circuit only",
         "--calib-pool is used by --method headmap only (it keeps the pool's lowest-loss examples)",
     ]

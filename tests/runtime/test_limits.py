@@ -1,4 +1,4 @@
-"""Every count-like option has an upper bound, on the command line and in recipes."""
+"""Every count-like option has an upper and a lower bound, on the command line and in recipes."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from uqcompress.runtime.device import usable_cores
-from uqcompress.runtime.limits import COUNT_LIMITS, WORKERS_PER_CORE_LIMIT
+from uqcompress.runtime.limits import COUNT_LIMITS, WORKERS_PER_CORE_LIMIT, count_limit
 
 BIG = 10**10  # above every bound
 
@@ -58,12 +58,14 @@ CASES = [
 ]
 
 
-def _args(command: str, flag: str, model: Path, data: Path, onnx: Path) -> list[str]:
+def _args(
+    command: str, flag: str, model: Path, data: Path, onnx: Path, value: int = BIG
+) -> list[str]:
     if command == "init":
         labels = [] if flag == "--num-labels" else ["--labels", "a,b"]
-        return ["init", "--family", "vit", *labels, flag, str(BIG)]
+        return ["init", "--family", "vit", *labels, flag, str(value)]
     if command == "serve":
-        return ["serve", str(onnx), flag, str(BIG)]
+        return ["serve", str(onnx), flag, str(value)]
     target = onnx if command == "quantize" else model
     extra = ["--data", str(data)]
     if command == "score":
@@ -72,7 +74,7 @@ def _args(command: str, flag: str, model: Path, data: Path, onnx: Path) -> list[
         extra = ["--ratio", "0.5"]
     if command == "mc-dropout":
         extra = []
-    return [command, str(target), *extra, flag, str(BIG)]
+    return [command, str(target), *extra, flag, str(value)]
 
 
 @pytest.mark.parametrize(("command", "flag"), CASES, ids=[f"{c} {f}" for c, f in CASES])
@@ -94,6 +96,48 @@ def test_a_count_above_its_bound_is_one_line(
     assert len(lines) == 1 or lines[0].startswith("error: 2 problems"), result.err
     mine = [line for line in lines if f"{flag} {BIG} is more than" in line]
     assert len(mine) == 1 and "(fix: pass " in mine[0], result.err
+    assert sorted(tmp_path.iterdir()) == before
+
+
+def _lower_bound(flag: str) -> int | None:
+    limit = count_limit(flag[2:].replace("-", "_"))
+    assert limit is not None, f"{flag} has no entry in runtime/limits"
+    return limit.minimum
+
+
+# every case but --seed, a name rather than a count (negative seeds are taken: no lower bound)
+LOWER = [(c, f) for c, f in CASES if _lower_bound(f) is not None]
+
+
+def test_only_the_seed_has_no_lower_bound() -> None:
+    assert {f for c, f in CASES if (c, f) not in LOWER} == {"--seed"}
+
+
+@pytest.mark.parametrize(("command", "flag"), LOWER, ids=[f"{c} {f}" for c, f in LOWER])
+def test_a_count_below_its_bound_is_one_line_from_the_same_table(
+    cli: Callable[..., Any],
+    command: str,
+    flag: str,
+    tiny_bert_artifact: Path,
+    vit_onnx: Path,
+    sentiment_csv: dict[str, Path],
+    tmp_path: Path,
+) -> None:
+    """The lower bounds live beside the upper ones (runtime/limits): one below the least
+    value is refused in the table's words, said once even where the step and the training
+    engine both check it, and nothing is written."""
+    limit = count_limit(flag[2:].replace("-", "_"))
+    assert limit is not None and limit.minimum is not None
+    value = limit.minimum - 1
+    before = sorted(tmp_path.iterdir())
+    args = _args(command, flag, tiny_bert_artifact, sentiment_csv["train"], vit_onnx, value)
+    result = cli(*args)
+    assert result.code == 1, result.err
+    least = "0 or more" if limit.minimum == 0 else f"at least {limit.minimum}"
+    mine = [line for line in result.err.splitlines() if f"{flag} {value} must be {least}" in line]
+    assert len(mine) == 1, result.err
+    fix = limit.fix or "pass " + flag
+    assert f"(fix: {fix}" in mine[0], result.err
     assert sorted(tmp_path.iterdir()) == before
 
 

@@ -184,3 +184,43 @@ def test_fuse_bad_inputs_are_one_line_errors(cli, vit_members: Path, tmp_path: P
     hydra = ok(cli("fuse", str(vit_members)))
     _refused(cli("score", hydra, "--data", "builtin:digits@val", "--out", str(out)), "Hydra")
     assert not out.exists()
+
+
+def test_fuse_in_bfloat16_builds_and_saves_a_bfloat16_hydra(  # type: ignore[no-untyped-def]
+    cli, tiny_llama_artifact: Path, sentiment_csv, tmp_path: Path
+) -> None:
+    """--dtype bfloat16: the members load and the Hydra model is built, checked and saved in
+    bfloat16 (half the memory of float32), its parity within bfloat16 round-off; it predicts
+    what the float32 fusion predicts within that round-off; --dtype float32 is the fusion
+    without the option (same id)."""
+    import torch
+    from safetensors import safe_open
+
+    from uqcompress.engine.modality import synthetic_batch
+    from uqcompress.models.loading import load_model, resolve_model_source
+    from uqcompress.models.precision import HALF_PARITY_ATOL
+
+    members = _members(cli, tiny_llama_artifact, str(sentiment_csv["train"]))
+    paths = {
+        dtype: Path(ok(cli("fuse", members, "--dtype", dtype, "--out", tmp_path / dtype)))
+        for dtype in ("float32", "bfloat16")
+    }
+    default = Path(ok(cli("fuse", members, "--out", tmp_path / "default")))
+    manifests = {k: open_artifact(p).manifest for k, p in {**paths, "default": default}.items()}
+    assert manifests["float32"].id == manifests["default"].id  # float32 is left out of the id
+    assert manifests["bfloat16"].id != manifests["float32"].id
+    half = manifests["bfloat16"].summary
+    assert half["dtype"] == "bfloat16" and manifests["float32"].summary["dtype"] == "float32"
+    with safe_open(str(paths["bfloat16"] / "model.safetensors"), "pt") as f:
+        stored = {f.get_slice(k).get_dtype() for k in list(f.keys())}
+    assert stored == {"BF16"}
+    parity = json.loads((paths["bfloat16"] / "parity.json").read_text())
+    assert parity["passed"] is True and parity["atol"] == HALF_PARITY_ATOL["bfloat16"]
+    full = load_model(resolve_model_source(paths["float32"]))
+    bf16 = load_model(resolve_model_source(paths["bfloat16"]), "bfloat16")
+    assert json.loads((paths["bfloat16"] / "config.json").read_text())["dtype"] == "bfloat16"
+    batch = synthetic_batch(full, count=8)
+    with torch.inference_mode():
+        want = full.model(**batch).member_logits.softmax(-1)
+        got = bf16.model(**batch).member_logits.float().softmax(-1)
+    assert (got - want).abs().max() < HALF_PARITY_ATOL["bfloat16"]

@@ -140,12 +140,15 @@ def test_one_problem_reads_as_before_and_several_are_listed_together() -> None:
         ScoreConfig(method="nope", members=0, calib_size=0).validate()
     lines = several.value.message.splitlines()
     assert lines[0] == "3 problems with the options:"
-    assert lines[1] == (
+    # the bounds every config shares (runtime/limits) first, in field order; then the step's own
+    assert lines[1] == "  --calib-size 0 must be at least 1 (fix: pass --calib-size 32)"
+    assert lines[2] == "  --members 0 must be at least 1 (fix: pass --members 1 for one, or " + (
+        "e.g. --members 4 for four)"
+    )
+    assert lines[3] == (
         "  unknown --method 'nope' (fix: use one of: taylor, hies, headmap, greedy-circuit, "
         "random, l2)"
     )
-    assert lines[2].startswith("  --members 0 must be at least 1 (fix: ")
-    assert lines[3].startswith("  --calib-size 0 must be at least 1 (fix: ")
     assert len(several.value.problems) == 3
     assert several.value.hint is None  # every line has its own fix
 

@@ -8,25 +8,24 @@ import typer
 
 from uqcompress.cli.options import Quiet, Verbose, resolve_input
 
+MAX_BATCH, MAX_WAIT_MS = 32, 5  # the defaults of --max-batch and --max-wait-ms
+
 
 def check_options(host: str, port: int, max_batch: int, max_wait_ms: int) -> None:
     """Every problem of the options at once (ConfigProblems), each a line with its fix."""
     from uqcompress.errors import Problems
-    from uqcompress.runtime.limits import over_limit
+    from uqcompress.runtime.limits import bound_problems
 
     problems = Problems()
     if not host.strip():
         problems.add("--host is empty", hint="pass --host 127.0.0.1")
     if not 1 <= port <= 65535:
         problems.add(f"--port {port} is not a TCP port (1..65535)", hint="pass --port 8000")
-    if max_batch < 1:
-        problems.add(f"--max-batch {max_batch} must be at least 1", hint="pass --max-batch 32")
-    if max_wait_ms < 0:
-        problems.add(f"--max-wait-ms {max_wait_ms} must be 0 or more", hint="pass --max-wait-ms 5")
-    for name, value in (("max_batch", max_batch), ("max_wait_ms", max_wait_ms)):
-        over = over_limit(name, value, "--" + name.replace("_", "-"))  # the shared bounds
-        if over is not None:
-            problems.add(over[0], hint=over[1])
+    counts = (("max_batch", max_batch, MAX_BATCH), ("max_wait_ms", max_wait_ms, MAX_WAIT_MS))
+    for name, value, default in counts:
+        found = bound_problems(name, value, "--" + name.replace("_", "-"), default)  # shared
+        if found is not None:
+            problems.add(found[0], hint=found[1])
     problems.raise_any()
 
 
@@ -54,7 +53,7 @@ def serve(
             help="Most examples run in one model call, at most 1,024: concurrent requests "
             "are merged up to it. 1 runs each example alone.",
         ),
-    ] = 32,
+    ] = MAX_BATCH,
     max_wait_ms: Annotated[
         int,
         typer.Option(
@@ -62,7 +61,7 @@ def serve(
             help="How long (ms, 0..1,000) the first request of a batch waits for others to "
             "join it.",
         ),
-    ] = 5,
+    ] = MAX_WAIT_MS,
     verbose: Verbose = False,
     quiet: Quiet = False,
 ) -> None:

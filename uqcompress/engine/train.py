@@ -11,6 +11,7 @@ dropout, a seeded generator for shuffling, no data-dependent parallelism).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import re
 import time
@@ -111,15 +112,10 @@ class TrainConfig:
         from uqcompress.runtime.distributed import world_size
 
         problems = Problems()
-        if self.epochs < 1:
-            problems.add(f"--epochs {self.epochs} must be at least 1", hint="pass --epochs 3")
+        self._validate_counts(problems)
         if not (0 < self.lr < 1):
             problems.add(f"--lr {self.lr} must be in (0, 1)", hint="pass e.g. --lr 5e-4")
-        if self.batch_size < 1:
-            problems.add(
-                f"--batch-size {self.batch_size} must be at least 1", hint="pass --batch-size 32"
-            )
-        elif self.batch_size % world_size():
+        if self.batch_size >= 1 and self.batch_size % world_size():
             problems.add(
                 f"--batch-size {self.batch_size} does not split over {world_size()} processes",
                 hint=f"pass a multiple of {world_size()} (the batch size is the global batch)",
@@ -137,6 +133,17 @@ class TrainConfig:
         self._validate_options(problems)
         problems.raise_any()
 
+    def _validate_counts(self, problems: Any) -> None:
+        """Every count option within its bounds (runtime/limits: declared once, the same as
+        the step configs check)."""
+        from uqcompress.runtime.limits import bound_problems
+
+        for option in dataclasses.fields(self):
+            flag = "--" + option.name.replace("_", "-")
+            found = bound_problems(option.name, getattr(self, option.name), flag, option.default)
+            if found is not None:
+                problems.add(found[0], hint=found[1])
+
     def _validate_options(self, problems: Any) -> None:
         """The problems of the selection, accumulation, schedule and checkpoint options."""
         metrics = ", ".join([*SELECT_METRICS, NO_SELECTION])
@@ -149,32 +156,17 @@ class TrainConfig:
                 f"--select-best {self.select_best} needs validation data to score the epochs",
                 hint="pass --val DATA, or drop --select-best",
             )
-        if self.patience is not None:
-            if self.patience < 1:
-                problems.add(
-                    f"--patience {self.patience} must be at least 1", hint="pass e.g. --patience 3"
-                )
-            elif self.select_best == NO_SELECTION:
-                problems.add(
-                    "--patience stops on a validation metric, but this run has none "
-                    + ("(--select-best none)" if self.has_val else "(no --val)"),
-                    hint="pass --val DATA (it selects nll by default) or --select-best METRIC",
-                )
+        if self.patience is not None and self.patience >= 1 and self.select_best == NO_SELECTION:
+            problems.add(
+                "--patience stops on a validation metric, but this run has none "
+                + ("(--select-best none)" if self.has_val else "(no --val)"),
+                hint="pass --val DATA (it selects nll by default) or --select-best METRIC",
+            )
         from uqcompress.data.images import AUGMENTS
 
         if self.augment not in AUGMENTS:
             problems.add(
                 f"unknown --augment {self.augment!r}", hint=f"use one of: {', '.join(AUGMENTS)}"
-            )
-        if self.grad_accum < 1:
-            problems.add(
-                f"--grad-accum {self.grad_accum} must be at least 1",
-                hint="pass --grad-accum 1 (no accumulation) or more",
-            )
-        if self.max_steps is not None and self.max_steps < 1:
-            problems.add(
-                f"--max-steps {self.max_steps} must be at least 1",
-                hint="drop --max-steps to train for --epochs",
             )
         if self.schedule not in SCHEDULES:
             problems.add(
@@ -184,11 +176,6 @@ class TrainConfig:
             problems.add(
                 f"--warmup {self.warmup_ratio} must be a fraction of the steps in [0, 1)",
                 hint="pass e.g. --warmup 0.1 (10% of the optimizer steps; 0: none)",
-            )
-        if self.checkpoint_every is not None and self.checkpoint_every < 1:
-            problems.add(
-                f"--checkpoint-every {self.checkpoint_every} must be at least 1",
-                hint="pass e.g. --checkpoint-every 100 (optimizer steps)",
             )
         self._validate_optimizer(problems)
 
@@ -203,16 +190,6 @@ class TrainConfig:
             problems.add(
                 f"--ema {self.ema} must be a decay in (0, 1)",
                 hint="pass e.g. --ema 0.995 (the average keeps 99.5% of itself per update)",
-            )
-        if self.ema_every < 1:
-            problems.add(
-                f"--ema-every {self.ema_every} must be at least 1",
-                hint="pass --ema-every 1 (update the average after every optimizer step)",
-            )
-        if self.ema_start < 0:
-            problems.add(
-                f"--ema-start {self.ema_start} must be 0 or more",
-                hint="pass --ema-start 0 (average from the first step)",
             )
         if self.ema is None and (self.ema_every != 1 or self.ema_start != 0):
             problems.add(

@@ -18,6 +18,10 @@ from typing import Any
 
 DTYPES = ("float32", "bfloat16", "float16", "auto")
 HALF = ("bfloat16", "float16")
+# Two computations of the same function (pruned vs gated, fused vs members) that sum in
+# another order, each rounding to an 8-bit (bfloat16) or 11-bit (float16) mantissa, differ by
+# up to these (probabilities and logits); a surgery bug still moves the outputs by O(1).
+HALF_PARITY_ATOL = {"bfloat16": 3e-2, "float16": 4e-3}
 AUTO_HALF_ABOVE = 1_000_000_000  # parameters; a decoder above this keeps its stored dtype
 DTYPE_HELP = (
     "Compute dtype: float32, bfloat16, float16 or auto (the checkpoint's own dtype for "
@@ -77,3 +81,9 @@ def torch_dtype(name: str) -> Any:
     if name not in ("float32", *HALF) or not isinstance(found, torch.dtype):
         raise ValueError(f"dtype {name!r} is not one of float32, bfloat16, float16")
     return found
+
+
+def parity_atol(dtype: str, float32_atol: float) -> float:
+    """The tolerance of a parity check computed in `dtype`: `float32_atol` in float32, the
+    half dtype's round-off otherwise (never tighter than `float32_atol`)."""
+    return max(HALF_PARITY_ATOL.get(dtype, float32_atol), float32_atol)

@@ -62,10 +62,6 @@ class CalibrateConfig:
                 f"unknown --abstain-score {self.abstain_score!r}",
                 hint=f"use one of: {', '.join(ABSTAIN_SCORES)}",
             )
-        if self.batch_size < 1:
-            problems.add(
-                f"--batch-size {self.batch_size} must be at least 1", hint="pass --batch-size 64"
-            )
         problems.raise_any()
 
 

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from uqcompress.errors import Problems
-from uqcompress.runtime.limits import over_limit
+from uqcompress.runtime.limits import bound_problems
 
 RUNTIME = "runtime"
 HELP = "help"  # the option's --help text (a field without one takes the shared option's)
@@ -203,37 +203,15 @@ def problems(cfg: Any) -> Problems:
     `raise_any()` raises them all together."""
     found = non_finite(cfg)
     found.raise_any()
-    workers = getattr(cfg, "workers", 0)
-    if isinstance(workers, int) and workers < 0:
-        found.add(
-            f"--workers {workers} must be 0 or more",
-            hint="pass --workers 0 (read data in this process) or e.g. --workers 2",
-        )
     for field in dataclasses.fields(cfg):
         value, choices = getattr(cfg, field.name), field.metadata.get(CHOICES)
+        name = flag(field.metadata.get("option", field.name))
         if choices is not None and value not in choices:
-            name = flag(field.metadata.get("option", field.name))
             found.add(
                 f"{name} {value!r} is not one of {', '.join(choices)}",
                 hint=f"pass {name} {choices[0]}",
             )
-        too_many = over_limit(
-            field.name, getattr(cfg, field.name), flag(field.metadata.get("option", field.name))
-        )
-        if too_many is not None:
-            found.add(too_many[0], hint=too_many[1])
-    return found
-
-
-def batching_problems(cfg: Any) -> Problems:
-    """`problems(cfg)` plus the checks of a step that runs a model over data in batches:
-    `--batch-size` at least 1 and, if given, `--sample-chunk` at least 1 (eval, predict)."""
-    found = problems(cfg)
-    if cfg.batch_size < 1:
-        found.add(f"--batch-size {cfg.batch_size} must be at least 1", hint="pass --batch-size 64")
-    if cfg.sample_chunk is not None and cfg.sample_chunk < 1:
-        found.add(
-            f"--sample-chunk {cfg.sample_chunk} must be at least 1",
-            hint="drop --sample-chunk to size it to memory",
-        )
+        out_of_bounds = bound_problems(field.name, value, name, field.default)  # runtime/limits
+        if out_of_bounds is not None:
+            found.add(out_of_bounds[0], hint=out_of_bounds[1])
     return found

@@ -75,15 +75,6 @@ class DirectorConfig(fields.TrainingOptions):
         from uqcompress.methods.director import LOSSES
 
         problems = fields.problems(self)
-        if self.samples < 1:
-            problems.add(f"--samples {self.samples} must be at least 1", hint="pass --samples 10")
-        if self.depth < 1:
-            problems.add(f"--depth {self.depth} must be at least 1", hint="pass --depth 1")
-        if self.replace_last is not None and self.replace_last < 1:
-            problems.add(
-                f"--replace-last {self.replace_last} must be at least 1",
-                hint="drop --replace-last to replace every layer",
-            )
         if self.loss not in LOSSES:
             problems.add(f"unknown --loss {self.loss!r}", hint=f"use one of: {', '.join(LOSSES)}")
         elif self.lambda_std is not None and self.loss != "mse":

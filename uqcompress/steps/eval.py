@@ -65,7 +65,7 @@ class EvalConfig:
     dtype: str = fields.dtype()
 
     def validate(self) -> None:
-        fields.batching_problems(self).raise_any()
+        fields.problems(self).raise_any()  # non-finite numbers, choices, bounds
 
 
 def run(

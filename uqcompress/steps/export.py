@@ -66,11 +66,6 @@ class ExportConfig:
                 "config)",
                 hint="drop --max-length",
             )
-        elif self.max_length is not None and self.max_length < 3:
-            problems.add(
-                f"--max-length {self.max_length} must be at least 3",
-                hint="pass --max-length 3 or more, or leave it out (the training length)",
-            )
         low, high = OPSETS
         if not low <= self.opset <= high:
             problems.add(

@@ -10,7 +10,7 @@ from uqcompress.artifacts import MANIFEST_NAME, ArtifactWriter, OutputPlan, Sour
 from uqcompress.errors import ConfigError, IncompatibleInputError, ParityError
 from uqcompress.export.parity import save_parity
 from uqcompress.steps import config as fields
-from uqcompress.steps.common import StepResult, build_or_reuse
+from uqcompress.steps.common import StepResult, build_or_reuse, with_planned_dtype
 
 # Fused members vs the members run one by one (with the averaged embeddings/MLP): the same
 # function up to float32 round-off, whatever the model size.
@@ -35,14 +35,10 @@ class FuseConfig:
     )
     device: str = fields.device("cpu")
     threads: int | None = fields.threads()
+    dtype: str = fields.dtype()
 
     def validate(self) -> None:
         found = fields.problems(self)
-        if self.shared_layers < 0:
-            found.add(
-                f"--shared-layers {self.shared_layers} must be 0 or more",
-                hint="pass --shared-layers 0 (no trunk) or e.g. --shared-layers 6",
-            )
         found.raise_any()
 
 
@@ -59,7 +55,12 @@ class MemberInputs:
 def run(
     inputs: list[Path], cfg: FuseConfig, out: Path | None = None, force: bool = False
 ) -> StepResult:
+    from uqcompress.models.loading import resolve_model_source
+
     members = _member_inputs(inputs)
+    # the members are loaded as the first one resolves --dtype (auto: its stored dtype for a
+    # decoder over 1B parameters); the fused model is built and saved in it
+    cfg = with_planned_dtype(cfg, resolve_model_source(members.paths[0]))
     config = asdict(cfg)
     plan = OutputPlan(
         kind="model",
@@ -84,7 +85,7 @@ def run(
 
         with activity(f"fusing {len(members.paths)} members") as work:
             work.step("loading the members")
-            loaded = [load_model(resolve_model_source(p)) for p in members.paths]
+            loaded = [load_model(resolve_model_source(p), cfg.dtype) for p in members.paths]
             work.step("fusing and checking parity")
             hydra, parity, batch = _fused(loaded, members, cfg, writer, stderr)
             work.step("saving the Hydra model")
@@ -184,12 +185,13 @@ def _parity_vs_shared_weights(
 
     from uqcompress.export.parity import Parity, contract_outputs
     from uqcompress.methods.hydra import shared_weight_members
+    from uqcompress.models.precision import parity_atol
 
     reference = shared_weight_members(members, shared_layers)
     with torch.inference_mode():
-        fused = hydra.model(**batch).member_logits  # [B, M, C]
-        alone = torch.stack([m.model(**batch).logits for m in reference], dim=1)  # [B, M, C]
-    parity = Parity(PARITY_ATOL)
+        fused = hydra.model(**batch).member_logits.float()  # [B, M, C]
+        alone = torch.stack([m.model(**batch).logits.float() for m in reference], dim=1)
+    parity = Parity(parity_atol(hydra.dtype, PARITY_ATOL))  # half dtypes: their round-off
     parity.compare(contract_outputs(alone), contract_outputs(fused))
     return parity
 

@@ -29,11 +29,6 @@ class MCDropoutConfig:
 
     def validate(self) -> None:
         problems = fields.problems(self)
-        if self.samples < 1:
-            problems.add(
-                f"--samples {self.samples} must be at least 1 (dropout samples averaged)",
-                hint="pass --samples 10",
-            )
         if self.rate is not None and not 0 <= self.rate < 1:
             problems.add(
                 f"--rate {self.rate} is outside [0, 1) (the probability of dropping a unit)",

@@ -72,7 +72,7 @@ class PredictConfig:
     dtype: str = fields.dtype()
 
     def validate(self) -> None:
-        fields.batching_problems(self).raise_any()  # non-finite numbers, bounds, >= 1
+        fields.problems(self).raise_any()  # non-finite numbers, choices, bounds
 
 
 def run(model: Path, cfg: PredictConfig, out: Path | None = None, force: bool = False) -> int:

@@ -158,15 +158,6 @@ class QuantizeConfig:
                 f"unknown --calib-method {self.calib_method!r}",
                 hint=f"use one of: {', '.join(CALIBRATION_METHODS)}",
             )
-        if self.calib_size < 1:  # its upper bound: runtime/limits.py, as every count's
-            problems.add(
-                f"--calib-size {self.calib_size} must be at least 1",
-                hint="pass --calib-size 128",
-            )
-        if self.batch_size < 1:
-            problems.add(
-                f"--batch-size {self.batch_size} must be at least 1", hint="pass --batch-size 64"
-            )
         if not 0 <= self.min_agreement <= 1:
             problems.add(
                 f"--min-agreement {self.min_agreement} must be in [0, 1]",

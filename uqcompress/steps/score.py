@@ -78,19 +78,6 @@ class ScoreConfig:
                 f"--method {self.method} needs --data (calibration examples)",
                 hint="pass --data, e.g. --data builtin:digits@train",
             )
-        if self.members < 1:
-            problems.add(
-                f"--members {self.members} must be at least 1",
-                hint="pass --members 4 for four score sets",
-            )
-        if self.calib_size < 1:
-            problems.add(
-                f"--calib-size {self.calib_size} must be at least 1", hint="pass --calib-size 32"
-            )
-        if self.batch_size < 1:
-            problems.add(
-                f"--batch-size {self.batch_size} must be at least 1", hint="pass --batch-size 16"
-            )
         if scorer is not None and scorer.searched:
             if self.ratio is None:
                 problems.add(

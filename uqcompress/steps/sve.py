@@ -83,11 +83,6 @@ class SVEConfig(fields.TrainingOptions):
 
     def validate(self) -> None:
         problems = fields.problems(self)
-        if self.members < 1:
-            problems.add(
-                f"--members {self.members} must be at least 1",
-                hint="pass --members 4 for a 4-member ensemble",
-            )
         if not self.sigma_init >= 0:
             problems.add(
                 f"--sigma-init {self.sigma_init} must be 0 or more (it is a noise scale)",
