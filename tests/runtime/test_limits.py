@@ -77,28 +77,6 @@ def _args(
     return [command, str(target), *extra, flag, str(value)]
 
 
-@pytest.mark.parametrize(("command", "flag"), CASES, ids=[f"{c} {f}" for c, f in CASES])
-def test_a_count_above_its_bound_is_one_line(
-    cli: Callable[..., Any],
-    command: str,
-    flag: str,
-    tiny_bert_artifact: Path,
-    vit_onnx: Path,
-    sentiment_csv: dict[str, Path],
-    tmp_path: Path,
-) -> None:
-    before = sorted(tmp_path.iterdir())
-    result = cli(*_args(command, flag, tiny_bert_artifact, sentiment_csv["train"], vit_onnx))
-    assert result.code == 1, result.err
-    lines = result.err.strip().splitlines()
-    # alone, one line; beside another problem of the same options (--patience without
-    # --val), one line of the block of problems
-    assert len(lines) == 1 or lines[0].startswith("error: 2 problems"), result.err
-    mine = [line for line in lines if f"{flag} {BIG} is more than" in line]
-    assert len(mine) == 1 and "(fix: pass " in mine[0], result.err
-    assert sorted(tmp_path.iterdir()) == before
-
-
 def _lower_bound(flag: str) -> int | None:
     limit = count_limit(flag[2:].replace("-", "_"))
     assert limit is not None, f"{flag} has no entry in runtime/limits"
@@ -107,37 +85,48 @@ def _lower_bound(flag: str) -> int | None:
 
 # every case but --seed, a name rather than a count (negative seeds are taken: no lower bound)
 LOWER = [(c, f) for c, f in CASES if _lower_bound(f) is not None]
+OUTSIDE = [(c, f, "above") for c, f in CASES] + [(c, f, "below") for c, f in LOWER]
 
 
 def test_only_the_seed_has_no_lower_bound() -> None:
     assert {f for c, f in CASES if (c, f) not in LOWER} == {"--seed"}
 
 
-@pytest.mark.parametrize(("command", "flag"), LOWER, ids=[f"{c} {f}" for c, f in LOWER])
-def test_a_count_below_its_bound_is_one_line_from_the_same_table(
+@pytest.mark.parametrize(
+    ("command", "flag", "side"), OUTSIDE, ids=[f"{c} {f} {s}" for c, f, s in OUTSIDE]
+)
+def test_a_count_outside_its_bounds_is_one_line(
     cli: Callable[..., Any],
     command: str,
     flag: str,
+    side: str,
     tiny_bert_artifact: Path,
     vit_onnx: Path,
     sentiment_csv: dict[str, Path],
     tmp_path: Path,
 ) -> None:
-    """The lower bounds live beside the upper ones (runtime/limits): one below the least
-    value is refused in the table's words, said once even where the step and the training
-    engine both check it, and nothing is written."""
+    """Both bounds live in one table (runtime/limits): a value outside one is refused in
+    the table's words with its fix, said once even where the step and the training engine
+    both check it, and nothing is written."""
     limit = count_limit(flag[2:].replace("-", "_"))
-    assert limit is not None and limit.minimum is not None
-    value = limit.minimum - 1
+    assert limit is not None
+    if side == "above":
+        value, said, fix = BIG, f"{flag} {BIG} is more than", "pass "
+    else:
+        assert limit.minimum is not None
+        value = limit.minimum - 1
+        least = "0 or more" if limit.minimum == 0 else f"at least {limit.minimum}"
+        said, fix = f"{flag} {value} must be {least}", limit.fix or "pass " + flag
     before = sorted(tmp_path.iterdir())
     args = _args(command, flag, tiny_bert_artifact, sentiment_csv["train"], vit_onnx, value)
     result = cli(*args)
     assert result.code == 1, result.err
-    least = "0 or more" if limit.minimum == 0 else f"at least {limit.minimum}"
-    mine = [line for line in result.err.splitlines() if f"{flag} {value} must be {least}" in line]
-    assert len(mine) == 1, result.err
-    fix = limit.fix or "pass " + flag
-    assert f"(fix: {fix}" in mine[0], result.err
+    lines = result.err.strip().splitlines()
+    # alone, one line; beside another problem of the same options (--patience without
+    # --val), one line of the block of problems
+    assert len(lines) == 1 or lines[0].startswith("error: 2 problems"), result.err
+    mine = [line for line in lines if said in line]
+    assert len(mine) == 1 and f"(fix: {fix}" in mine[0], result.err
     assert sorted(tmp_path.iterdir()) == before
 
 
