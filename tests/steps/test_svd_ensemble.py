@@ -147,3 +147,40 @@ def test_bfloat16_base_trains_float32_singular_values(
     assert torch.allclose(sigma, reference, rtol=0.05, atol=1e-3)
     losses = [runs[d].manifest.summary["loss_curve"][0] for d in ("float32", "bfloat16")]
     assert abs(losses[0] - losses[1]) < 0.05
+
+
+def test_the_default_lr_follows_the_heads_and_keeps_the_post_hoc_id(  # type: ignore[no-untyped-def]
+    cli, briefly_trained_vit: Path, sentiment_csv, tmp_path: Path
+) -> None:
+    """--lr left out: 1e-3 when the members copy a trained head (the id is the one an explicit
+    --lr 1e-3 gives, as when 1e-3 was every SVE's default), 1e-2 when they get fresh heads:
+    --heads fresh, or auto on a model whose head was never trained (an imported checkpoint
+    without a classifier, or such a transformers folder itself); an explicit --lr wins."""
+    from uqcompress.models.factory import create_model
+    from uqcompress.steps.sve import FINETUNE_LR, POST_HOC_LR
+
+    def planned(model: object, data: str, *extra: str) -> dict:  # type: ignore[type-arg]
+        result = cli("svd-ensemble", model, "--data", data, *extra, "--dry-run", "--json")
+        assert result.code == 0, result.err
+        return dict(json.loads(result.out))
+
+    digits = "builtin:digits@val"
+    post_hoc = planned(briefly_trained_vit, digits)
+    assert post_hoc["config"]["lr"] == POST_HOC_LR
+    assert planned(briefly_trained_vit, digits, "--lr", "1e-3")["id"] == post_hoc["id"]
+    assert planned(briefly_trained_vit, digits, "--heads", "fresh")["config"]["lr"] == FINETUNE_LR
+    chosen = planned(briefly_trained_vit, digits, "--heads", "fresh", "--lr", "5e-3")
+    assert chosen["config"]["lr"] == 5e-3
+
+    loaded = create_model("bert", ["neg", "pos"], seed=3)
+    assert loaded.tokenizer is not None
+    headless, classifier = tmp_path / "headless", tmp_path / "classifier"
+    loaded.model.bert.save_pretrained(headless)  # a BertModel: no classifier weights
+    loaded.tokenizer.save_pretrained(headless)
+    loaded.model.save_pretrained(classifier)  # a BertForSequenceClassification
+    loaded.tokenizer.save_pretrained(classifier)
+    text = str(sentiment_csv["train"])
+    imported = ok(cli("import", headless, "--out", tmp_path / "imported"))
+    assert planned(imported, text)["config"]["lr"] == FINETUNE_LR
+    assert planned(headless, text)["config"]["lr"] == FINETUNE_LR
+    assert planned(classifier, text)["config"]["lr"] == POST_HOC_LR

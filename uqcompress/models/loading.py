@@ -97,6 +97,27 @@ def resolve_model_source(
     raise ArtifactError(f"{path} is not a model", hint="pass a model artifact")  # unreachable
 
 
+# config.json `architectures` of a transformers classifier: a folder naming none of these was
+# saved without a classifier head (an encoder such as a sentence-embedding model)
+CLASSIFIER_ARCHITECTURES = ("ForSequenceClassification", "ForImageClassification")
+
+
+def head_never_trained(source: ModelSource) -> bool:
+    """Whether the model's classifier head was never trained, read before any weight is:
+    an artifact imported from a checkpoint without one (the import says so), or a
+    transformers folder whose config.json names no classifier architecture."""
+    import json
+
+    if source.is_artifact:
+        manifest = read_manifest(source.path)
+        # Only an import records a head that was never trained; a finetune's flag says it
+        # initialised one and then trained it.
+        return manifest.step == "import" and bool(manifest.summary.get("classifier_initialised"))
+    config = json.loads((source.path / "config.json").read_text(encoding="utf-8"))
+    names = config.get("architectures") or []
+    return not any(str(name).endswith(CLASSIFIER_ARCHITECTURES) for name in names)
+
+
 def download_from_hub(repo_id: str) -> Path:
     """Fetch config, tokenizer/processor files and safetensors weights of a Hub model."""
     hint = "pass a local save_pretrained() directory, or go online to download it"

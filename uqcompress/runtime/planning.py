@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
+from typing import Any
 
 _PLANNING: ContextVar[bool] = ContextVar("uqc_planning", default=False)
 
@@ -15,9 +16,19 @@ _PLANNING: ContextVar[bool] = ContextVar("uqc_planning", default=False)
 class PlannedStep(Exception):
     """Raised instead of building while `planning()` is on."""
 
-    def __init__(self, dest: Path, reusable: bool, kind: str, artifact_id: str) -> None:
+    def __init__(
+        self,
+        dest: Path,
+        reusable: bool,
+        kind: str,
+        artifact_id: str,
+        config: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(str(dest))
         self.dest, self.reusable, self.kind, self.id = dest, reusable, kind, artifact_id
+        # the config the artifact would record: what the step itself resolved (--dtype auto,
+        # a default that depends on the model) over the options as given
+        self.config = config
 
 
 class PlannedPrediction(Exception):

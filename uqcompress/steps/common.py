@@ -90,7 +90,7 @@ def build_or_reuse(
     _refuse_unsafe_destination(destination_path(plan, out), out is not None, plan)
     dest, existing = resolve_destination(plan, out, force)
     if is_planning():
-        raise PlannedStep(dest, existing is not None, plan.kind, plan.id)
+        raise PlannedStep(dest, existing is not None, plan.kind, plan.id, plan.config)
     if existing is not None:
         stderr.print(f"[dim]{user(dest)}: same inputs and config as before, reusing it[/dim]")
         return StepResult(artifact=existing, reused=True)
@@ -300,13 +300,8 @@ def training_summary(result: Any, train_cfg: Any, examples: int) -> dict[str, An
 
 def _head_is_untrained(source: Any, loaded: Any) -> bool:
     """The checkpoint had no classifier weights, now or when it was imported."""
+    from uqcompress.models.loading import head_never_trained
+
     if loaded.new_head_keys:
         return True
-    if source.is_artifact:
-        from uqcompress.artifacts import read_manifest
-
-        manifest = read_manifest(source.path)
-        # Only an import records a head that was never trained; a finetune's flag says it
-        # initialised one and then trained it.
-        return manifest.step == "import" and bool(manifest.summary.get("classifier_initialised"))
-    return False
+    return bool(source.is_artifact and head_never_trained(source))

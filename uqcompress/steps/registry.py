@@ -189,6 +189,8 @@ class Step:
             with planning():
                 self.run(inputs, cfg, out, force, root)
         except PlannedStep as planned:
+            recorded = _json_ready(planned.config or {})  # what the step itself resolved
+            config = {**config, **{k: v for k, v in recorded.items() if k in config}}
             return Plan(planned.dest, planned.reusable, planned.kind, planned.id, config)
         except PlannedPrediction as predicted:
             return Plan(out, False, "predictions", "", config, predicted.examples)
@@ -222,7 +224,10 @@ def resolved_config(cfg: Any) -> dict[str, Any]:
 
 
 def _fields(cfg: Any) -> dict[str, Any]:
-    values = dataclasses.asdict(cfg)
+    return _json_ready(dataclasses.asdict(cfg))
+
+
+def _json_ready(values: dict[str, Any]) -> dict[str, Any]:
     return {k: str(v) if isinstance(v, Path) else v for k, v in values.items()}
 
 

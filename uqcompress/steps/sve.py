@@ -17,6 +17,16 @@ from uqcompress.steps.common import (
 )
 
 HEADS = ("auto", "copy", "fresh")
+# The default peak learning rate (--lr left out) by what the members' heads start from.
+# Copies of a trained head: the singular values move a little around a trained classifier.
+POST_HOC_LR = 1e-3
+# Fresh heads (SVE as the fine-tuning of a pretrained backbone): measured on the real-data
+# benchmark's val split (benchmarks/real_text_sweep.py, all-MiniLM-L6-v2 on BBC News, 3
+# epochs), val NLL: 1e-3 1.046 (the old default: the fresh heads barely learned), 3e-3 0.348,
+# 1e-2 0.269, 3e-2 0.240, 1e-1 diverged (val acc 0.59). 1e-2, not the val optimum 3e-2:
+# that one sits one step from divergence on a 6-layer model, and larger models have more
+# small singular values for a step to overshoot (docs/benchmarks.md).
+FINETUNE_LR = 1e-2
 OTHER_LABELS_HINT = (
     "pass --heads fresh to give every member a new head for the data's classes (SVE as "
     "fine-tuning from a backbone trained on other labels), or fix the label column"
@@ -62,7 +72,12 @@ class SVEConfig(fields.TrainingOptions):
         "the paper's SVE, members' biases only where the model has biases.",
     )
     epochs: int = fields.described(3, help="Passes over the data.")
-    lr: float = fields.described(1e-3, help="Peak learning rate (singular values, biases, heads).")
+    # None: POST_HOC_LR or FINETUNE_LR, by the heads (`resolve_lr`, before the id is made)
+    lr: float | None = fields.described(
+        None,
+        help="Peak learning rate (singular values, biases, heads). Default: 1e-3 for copied "
+        "heads (SVE post hoc), 1e-2 for fresh ones (SVE as the fine-tuning).",
+    )
     weight_decay: float = 0.01
     batch_size: int = 32
     seed: int = 0
@@ -77,9 +92,13 @@ class SVEConfig(fields.TrainingOptions):
     dtype: str = fields.dtype()
 
     def train_config(self) -> Any:
+        """The training options; a config whose --lr is not resolved yet (`resolve_lr`) is
+        checked with the post-hoc default, which every other option is independent of."""
+        from dataclasses import replace
+
         from uqcompress.engine.train import TrainConfig
 
-        return TrainConfig.of(self)
+        return TrainConfig.of(self if self.lr is not None else replace(self, lr=POST_HOC_LR))
 
     def validate(self) -> None:
         problems = fields.problems(self)
@@ -119,10 +138,10 @@ def run(
 
     cfg.validate()
     cfg = fields.resolve_training(cfg)
-    train_cfg = cfg.train_config()
     source = resolve_model_source(model_path)
     refuse_fused(source, "svd-ensemble")
-    cfg = with_planned_dtype(cfg, source)
+    cfg = with_planned_dtype(resolve_lr(cfg, source), source)
+    train_cfg = cfg.train_config()
     loaded_data = load_training_data(
         cfg.data, cfg.val, cfg.text_column, cfg.label_column, cfg.text_pair_column
     )
@@ -197,3 +216,18 @@ def run(
             writer.warn(warning)
 
     return build_or_reuse(plan, out, force, build)
+
+
+def resolve_lr(cfg: SVEConfig, source: Any) -> SVEConfig:
+    """`cfg` with --lr as the run uses it: as given, else FINETUNE_LR when the members get
+    fresh heads (--heads fresh, or auto on a model whose head was never trained) and
+    POST_HOC_LR when they copy a trained one. Resolved before the artifact id is made, so a
+    post-hoc SVE keeps the id it had when 1e-3 was everyone's default."""
+    from dataclasses import replace
+
+    from uqcompress.models.loading import head_never_trained
+
+    if cfg.lr is not None:
+        return cfg
+    fresh = cfg.heads == "fresh" or (cfg.heads == "auto" and head_never_trained(source))
+    return replace(cfg, lr=FINETUNE_LR if fresh else POST_HOC_LR)
