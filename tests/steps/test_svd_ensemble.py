@@ -149,15 +149,19 @@ def test_bfloat16_base_trains_float32_singular_values(
     assert abs(losses[0] - losses[1]) < 0.05
 
 
-def test_the_default_lr_follows_the_heads_and_keeps_the_post_hoc_id(  # type: ignore[no-untyped-def]
+def test_the_default_lr_and_epochs_follow_the_heads_and_keep_the_post_hoc_id(  # type: ignore[no-untyped-def]
     cli, briefly_trained_vit: Path, sentiment_csv, tmp_path: Path
 ) -> None:
-    """--lr left out: 1e-3 when the members copy a trained head (the id is the one an explicit
-    --lr 1e-3 gives, as when 1e-3 was every SVE's default), 1e-2 when they get fresh heads:
-    --heads fresh, or auto on a model whose head was never trained (an imported checkpoint
-    without a classifier, or such a transformers folder itself); an explicit --lr wins."""
+    """--lr and --epochs left out: 1e-3 and 3 when the members copy a trained head (the id is
+    the one an explicit --lr 1e-3 --epochs 3 gives, as when those were every SVE's defaults),
+    1e-2 and 6 when they get fresh heads: --heads fresh, or auto on a model whose head was
+    never trained (an imported checkpoint without a classifier, or such a transformers folder
+    itself); an explicit value wins."""
     from uqcompress.models.factory import create_model
-    from uqcompress.steps.sve import FINETUNE_LR, POST_HOC_LR
+    from uqcompress.steps.sve import FINETUNE_EPOCHS, FINETUNE_LR, POST_HOC_EPOCHS, POST_HOC_LR
+
+    def defaults(plan: dict) -> tuple[float, int]:  # type: ignore[type-arg]
+        return plan["config"]["lr"], plan["config"]["epochs"]
 
     def planned(model: object, data: str, *extra: str) -> dict:  # type: ignore[type-arg]
         result = cli("svd-ensemble", model, "--data", data, *extra, "--dry-run", "--json")
@@ -166,11 +170,15 @@ def test_the_default_lr_follows_the_heads_and_keeps_the_post_hoc_id(  # type: ig
 
     digits = "builtin:digits@val"
     post_hoc = planned(briefly_trained_vit, digits)
-    assert post_hoc["config"]["lr"] == POST_HOC_LR
-    assert planned(briefly_trained_vit, digits, "--lr", "1e-3")["id"] == post_hoc["id"]
-    assert planned(briefly_trained_vit, digits, "--heads", "fresh")["config"]["lr"] == FINETUNE_LR
+    assert defaults(post_hoc) == (POST_HOC_LR, POST_HOC_EPOCHS) == (1e-3, 3)
+    explicit = planned(briefly_trained_vit, digits, "--lr", "1e-3", "--epochs", "3")
+    assert explicit["id"] == post_hoc["id"]
+    fresh = planned(briefly_trained_vit, digits, "--heads", "fresh")
+    assert defaults(fresh) == (FINETUNE_LR, FINETUNE_EPOCHS) == (1e-2, 6)
     chosen = planned(briefly_trained_vit, digits, "--heads", "fresh", "--lr", "5e-3")
-    assert chosen["config"]["lr"] == 5e-3
+    assert defaults(chosen) == (5e-3, FINETUNE_EPOCHS)
+    chosen = planned(briefly_trained_vit, digits, "--heads", "fresh", "--epochs", "2")
+    assert defaults(chosen) == (FINETUNE_LR, 2)
 
     loaded = create_model("bert", ["neg", "pos"], seed=3)
     assert loaded.tokenizer is not None
@@ -181,6 +189,6 @@ def test_the_default_lr_follows_the_heads_and_keeps_the_post_hoc_id(  # type: ig
     loaded.tokenizer.save_pretrained(classifier)
     text = str(sentiment_csv["train"])
     imported = ok(cli("import", headless, "--out", tmp_path / "imported"))
-    assert planned(imported, text)["config"]["lr"] == FINETUNE_LR
-    assert planned(headless, text)["config"]["lr"] == FINETUNE_LR
-    assert planned(classifier, text)["config"]["lr"] == POST_HOC_LR
+    assert defaults(planned(imported, text)) == (FINETUNE_LR, FINETUNE_EPOCHS)
+    assert defaults(planned(headless, text)) == (FINETUNE_LR, FINETUNE_EPOCHS)
+    assert defaults(planned(classifier, text)) == (POST_HOC_LR, POST_HOC_EPOCHS)
