@@ -297,6 +297,26 @@ def test_an_impossible_gate_exits_3_and_writes_nothing(
     assert not _artifacts_root.exists() or not any(_artifacts_root.iterdir())
 
 
+@pytest.mark.parametrize(
+    ("mode", "both", "other", "granularity"),
+    [
+        ("dynamic", False, "static", True),
+        ("static", False, "dynamic", True),
+        ("static", True, "dynamic", False),
+    ],
+)
+def test_a_refused_gate_suggests_what_was_not_tried(
+    mode: str, both: bool, other: str, granularity: bool
+) -> None:
+    """The fix names the other mode, never the one that just failed (a refused static run
+    was told to try --mode static), and the other granularity only if one was tried."""
+    from uqcompress.steps.quantize import gate_hint
+
+    hint = gate_hint(mode, tried_both_granularities=both)
+    assert hint.startswith(f"try --mode {other} ") and f"--mode {mode}" not in hint
+    assert ("--per-channel/--per-tensor" in hint) is granularity
+
+
 def test_the_gate_bounds_the_shift_of_uncertainty(
     cli,  # type: ignore[no-untyped-def]
     exports: dict[str, tuple[Path, str]],

@@ -517,9 +517,7 @@ def _build(
         raise QualityGateError(
             f"the {cfg.mode} quantized model drifts from the float32 export: {said} "
             f"[{drift.describe()}]; no artifact written",
-            hint="try --mode static or --exclude the layers that drift (or the other of "
-            "--per-channel/--per-tensor); loosen a bound (--min-agreement, --max-ece-delta, "
-            "...) only if that drift is acceptable",
+            hint=gate_hint(cfg.mode, tried_both_granularities=len(tries) > 1),
         )
     if len(tries) > 1:
         stderr.print(
@@ -572,4 +570,17 @@ def _build(
     write_model_card(
         writer.dir,
         CardFacts("quantize", "onnx", writer.summary, artifact.path, graph_metadata(target)),
+    )
+
+
+def gate_hint(mode: str, tried_both_granularities: bool) -> str:
+    """The fix said when the drift gate refuses a `mode` model: another mode (never the one
+    that just failed), the other granularity unless both were tried, or a looser bound."""
+    other = "dynamic" if mode == "static" else "static"
+    granularity = (
+        "" if tried_both_granularities else " (or the other of --per-channel/--per-tensor)"
+    )
+    return (
+        f"try --mode {other} or --exclude the layers that drift{granularity}; loosen a bound "
+        "(--min-agreement, --max-ece-delta, ...) only if that drift is acceptable"
     )
