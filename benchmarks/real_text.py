@@ -569,7 +569,9 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     plan = Plan(Runner(work), data, sizes, model_dir)
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
+    # the process id too: two runs started in the same second (one row each, side by side)
+    # once wrote the same file, and the second deleted the first's results
+    stamp = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
     out = args.out_dir / f"real_text-{'quick-' if args.quick else ''}{stamp}.jsonl"
     # Each row's records are written as soon as they are measured, so an interrupted run
     # keeps what it measured; the header and the step times close the file.

@@ -120,7 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     best = min(rows, key=lambda row: val_key(row["val"]))
     test = real_text.evaluate(plan, setting_name(args.method, best["setting"]), [best["model"]])
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
+    # the process id too: two runs started in the same second (one row each, side by side)
+    # once wrote the same file, and the second deleted the first's results
+    stamp = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
     out = (
         args.out_dir
         / f"real_text_sweep-{args.method}-{'quick-' if args.quick else ''}{stamp}.jsonl"

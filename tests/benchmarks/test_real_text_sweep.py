@@ -17,7 +17,7 @@ import real_text_sweep  # noqa: E402
 
 
 def test_a_sweep_chooses_on_val_and_scores_only_the_choice_on_test(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     data = _corpus(tmp_path / "data")
     model = _headless_bert(tmp_path / "encoder")
@@ -25,6 +25,8 @@ def test_a_sweep_chooses_on_val_and_scores_only_the_choice_on_test(
     argv = ["--method", "sve-finetune", "--grid", "lr=1e-3,3e-2", "--grid", "members=2"]
     argv += ["--quick", "--model-dir", str(model), "--data-dir", str(data)]
     argv += ["--work-dir", str(tmp_path / "work"), "--out-dir", str(results)]
+    # every run in the same second: the results file still names its own run (the process)
+    monkeypatch.setattr(real_text_sweep.time, "strftime", lambda *_: "20260101-000000")
     assert real_text_sweep.main(argv) == 0
     files = list(results.glob("real_text_sweep-sve-finetune-quick-*.jsonl"))
     assert len(files) == 1
@@ -46,6 +48,10 @@ def test_a_sweep_chooses_on_val_and_scores_only_the_choice_on_test(
     assert "ood.near.entropy.auroc" in chosen["test"]
     printed = capsys.readouterr().out
     assert "(chosen)" in printed and "on test: acc" in printed
+    # a second run in the same second (its models reused) keeps the first one's results
+    monkeypatch.setattr(real_text_sweep.os, "getpid", lambda: 1)
+    assert real_text_sweep.main(argv) == 0
+    assert len(list(results.glob("real_text_sweep-sve-finetune-quick-*.jsonl"))) == 2
 
 
 @pytest.mark.parametrize(
