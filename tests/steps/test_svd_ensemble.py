@@ -192,3 +192,28 @@ def test_the_default_lr_and_epochs_follow_the_heads_and_keep_the_post_hoc_id(  #
     assert defaults(planned(imported, text)) == (FINETUNE_LR, FINETUNE_EPOCHS)
     assert defaults(planned(headless, text)) == (FINETUNE_LR, FINETUNE_EPOCHS)
     assert defaults(planned(classifier, text)) == (POST_HOC_LR, POST_HOC_EPOCHS)
+
+
+def test_a_config_that_misnames_its_head_is_said_when_the_defaults_followed_it(  # type: ignore[no-untyped-def]
+    cli, sentiment_csv, tmp_path: Path
+) -> None:
+    """The defaults are decided before loading, from config.json; a folder whose config
+    names a classifier it does not hold gets fresh heads (the weights decide) and a warning
+    that --lr/--epochs were the copied-head defaults."""
+    from uqcompress.models.factory import create_model
+    from uqcompress.steps.sve import POST_HOC_EPOCHS, POST_HOC_LR
+
+    loaded = create_model("bert", ["neg", "pos"], seed=3)
+    assert loaded.tokenizer is not None
+    folder = tmp_path / "misnamed"
+    loaded.model.bert.save_pretrained(folder)  # no classifier weights ...
+    loaded.tokenizer.save_pretrained(folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["architectures"] = ["BertForSequenceClassification"]  # ... but says it has one
+    (folder / "config.json").write_text(json.dumps(config))
+    result = cli("svd-ensemble", folder, "--data", sentiment_csv["train"], "--members", "2")
+    path = ok(result)
+    manifest = open_artifact(Path(path)).manifest
+    assert manifest.summary["heads"] == "fresh"
+    assert (manifest.config["lr"], manifest.config["epochs"]) == (POST_HOC_LR, POST_HOC_EPOCHS)
+    assert "are the defaults for copied heads" in result.err and "got fresh heads" in result.err

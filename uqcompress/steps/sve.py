@@ -147,13 +147,16 @@ class SVEConfig(fields.TrainingOptions):
 def run(
     model_path: Path, cfg: SVEConfig, out: Path | None = None, force: bool = False
 ) -> StepResult:
-    from uqcompress.models.loading import refuse_fused, resolve_model_source
+    from uqcompress.models.loading import head_never_trained, refuse_fused, resolve_model_source
 
     cfg.validate()
     cfg = fields.resolve_training(cfg)
     source = resolve_model_source(model_path)
     refuse_fused(source, "svd-ensemble")
-    cfg = with_planned_dtype(resolve_defaults(cfg, source), source)
+    # decided before loading (the id depends on it through --lr/--epochs), checked after
+    planned_fresh = gets_fresh_heads(cfg.heads, head_never_trained(source))
+    defaulted = cfg.lr is None or cfg.epochs is None
+    cfg = with_planned_dtype(resolve_defaults(cfg, planned_fresh), source)
     train_cfg = cfg.train_config()
     loaded_data = load_training_data(
         cfg.data, cfg.val, cfg.text_column, cfg.label_column, cfg.text_pair_column
@@ -178,8 +181,10 @@ def run(
 
         def to_sve(loaded: Any, new_head: bool) -> Any:
             built["base"] = loaded.model
-            fresh = cfg.heads == "fresh" or (cfg.heads == "auto" and new_head)
+            fresh = gets_fresh_heads(cfg.heads, new_head)
             built["heads"] = "fresh" if fresh else "copy"
+            if defaulted and fresh != planned_fresh:  # a config.json that misnames its head
+                built["defaults_for"] = "fresh" if planned_fresh else "copied"
             sve = build_sve(
                 loaded,
                 cfg.members,
@@ -227,23 +232,31 @@ def run(
         writer.summary.update(summary)
         for warning in warnings:
             writer.warn(warning)
+        if "defaults_for" in built:
+            writer.warn(
+                f"--lr {cfg.lr:g} and --epochs {cfg.epochs} are the defaults for "
+                f"{built['defaults_for']} heads, decided from the model's config.json before "
+                f"loading, but the members got {built['heads']} heads; pass --lr and --epochs "
+                "(or --heads) to choose"
+            )
 
     return build_or_reuse(plan, out, force, build)
 
 
-def resolve_defaults(cfg: SVEConfig, source: Any) -> SVEConfig:
+def gets_fresh_heads(heads: str, head_untrained: bool) -> bool:
+    """Whether the members get fresh heads: --heads fresh, or auto on a model whose head
+    was never trained."""
+    return heads == "fresh" or (heads == "auto" and head_untrained)
+
+
+def resolve_defaults(cfg: SVEConfig, fresh: bool) -> SVEConfig:
     """`cfg` with --lr and --epochs as the run uses them: as given, else the fine-tuning
-    defaults (FINETUNE_LR, FINETUNE_EPOCHS) when the members get fresh heads (--heads fresh,
-    or auto on a model whose head was never trained) and the post-hoc ones (POST_HOC_LR,
-    POST_HOC_EPOCHS) when they copy a trained one. Resolved before the artifact id is made,
-    so a post-hoc SVE keeps the id it had when 1e-3 and 3 were every SVE's defaults."""
+    defaults (FINETUNE_LR, FINETUNE_EPOCHS) when the members get `fresh` heads and the
+    post-hoc ones (POST_HOC_LR, POST_HOC_EPOCHS) when they copy a trained one. Resolved
+    before the artifact id is made, so a post-hoc SVE keeps the id it had when 1e-3 and 3
+    were every SVE's defaults."""
     from dataclasses import replace
 
-    from uqcompress.models.loading import head_never_trained
-
-    if cfg.lr is not None and cfg.epochs is not None:
-        return cfg
-    fresh = cfg.heads == "fresh" or (cfg.heads == "auto" and head_never_trained(source))
     lr = cfg.lr if cfg.lr is not None else (FINETUNE_LR if fresh else POST_HOC_LR)
     epochs = cfg.epochs
     if epochs is None:
