@@ -18,7 +18,7 @@ import torch
 from tests.conftest import ok
 from uqcompress.engine.modality import synthetic_examples
 from uqcompress.export import onnx as uqc_onnx
-from uqcompress.export.parity import Parity, contract_outputs
+from uqcompress.export.parity import Parity, contract_outputs, logit_tolerances
 from uqcompress.models.loading import load_model, resolve_model_source
 
 NAMES = ("member_logits", "probs", "entropy", "mutual_info")
@@ -108,6 +108,33 @@ def test_sequences_in_contract_order_and_torch_tensors_are_accepted() -> None:
 
 def test_no_batch_compared_is_not_a_pass() -> None:
     assert not Parity(1e-4).passed
+
+
+def test_a_temperature_below_one_widens_only_the_logit_outputs() -> None:
+    """Logits divided by T = 0.02 carry the raw logits' round-off times 50: 1.5e-4 there is
+    3 float32 ulps of a logit near 250, not drift. The bounded outputs keep atol."""
+    assert logit_tolerances(1e-4, 0.02) == {"member_logits": 5e-3, "logits": 5e-3}
+    assert logit_tolerances(1e-4, 1.0) == {} and logit_tolerances(1e-4, 3.0) == {}
+    reference = _outputs()
+    scaled = {**reference, "member_logits": reference["member_logits"] + 1.5e-4}
+    plain = Parity(1e-4)
+    plain.compare(reference, scaled)
+    assert not plain.passed
+    calibrated = Parity(1e-4, tolerances=logit_tolerances(1e-4, 0.02))
+    calibrated.compare(reference, scaled)
+    assert calibrated.passed, calibrated.describe()
+    assert calibrated.to_dict()["tolerances"]["member_logits"] == pytest.approx(5e-3)
+    assert "member_logits, logits within 0.005 (atol / temperature)" in calibrated.describe()
+    # ... and a bounded output drifting by the same amount still fails
+    drifted = {**scaled, "probs": scaled["probs"] + 1.5e-4}
+    calibrated = Parity(1e-4, tolerances=logit_tolerances(1e-4, 0.02))
+    calibrated.compare(reference, drifted)
+    assert not calibrated.passed
+    # ... as does logit drift beyond atol / T
+    far = {**reference, "member_logits": reference["member_logits"] + 6e-3}
+    calibrated = Parity(1e-4, tolerances=logit_tolerances(1e-4, 0.02))
+    calibrated.compare(reference, far)
+    assert not calibrated.passed
 
 
 # --------------------------------------------------------------------------- the export gate

@@ -23,7 +23,7 @@ from uqcompress.data.dataset import LabeledData
 from uqcompress.engine.modality import DEFAULT_MAX_LENGTH, modality_of, synthetic_examples
 from uqcompress.errors import ConfigError
 from uqcompress.export import contract
-from uqcompress.export.parity import Parity
+from uqcompress.export.parity import Parity, describe_tolerances, logit_tolerances
 from uqcompress.models.loading import LoadedModel
 
 TRACE_BATCH = 2
@@ -42,6 +42,9 @@ class ParityReport:
     atol: float
     examples: int
     batch_size: int
+    # output -> its own tolerance where it is not atol: a calibrated model's logit outputs
+    # at atol / T when T < 1 (`export.parity.logit_tolerances`)
+    tolerances: dict[str, float] = field(default_factory=dict)
     shapes: list[str] = field(default_factory=list)  # first input's shape per batch, "BxT"
     padded_batches: int = 0
     max_abs_diff: dict[str, float] = field(default_factory=dict)
@@ -57,7 +60,7 @@ class ParityReport:
         head = "".join(f"{p}; " for p in self.problems)
         return (
             f"{head}max |diff| {diffs}; argmax agreement {self.argmax_agreement:.4f} over "
-            f"{self.examples} examples (atol {self.atol:g})"
+            f"{self.examples} examples ({describe_tolerances(self)})"
         )
 
 
@@ -228,8 +231,9 @@ def check_parity(
 
     Synthetic examples of mixed lengths are always appended, so that padding and lengths
     other than the trace example's are exercised even when the real data is uniform.
-    Passes when the shared `Parity` check passes (all four contract outputs within `atol`,
-    shapes equal, no NaN/inf on either side) and every argmax agrees.
+    Passes when the shared `Parity` check passes (every graph output within `atol`, a
+    calibrated model's logits within atol / T when T < 1; shapes equal, no NaN/inf on either
+    side) and every argmax agrees.
     """
     import torch
 
@@ -244,8 +248,11 @@ def check_parity(
     raw = None
     if subset.input_kind == "image":
         raw = encode_images(subset, loaded.preprocessing, encoded.labels, normalise=False)
-    report = ParityReport(atol=atol, examples=n, batch_size=PARITY_BATCH)
-    parity = Parity(atol, names=contract.GRAPH_OUTPUTS)  # `logits` for HF loaders too
+    temperature = loaded.calibration.temperature if loaded.calibration is not None else 1.0
+    tolerances = logit_tolerances(atol, temperature)
+    report = ParityReport(atol=atol, examples=n, batch_size=PARITY_BATCH, tolerances=tolerances)
+    # every graph output: `logits` for Hugging Face loaders too
+    parity = Parity(atol, names=contract.GRAPH_OUTPUTS, tolerances=tolerances)
     agree = 0
     graph.eval()
     for start in range(0, n, PARITY_BATCH):

@@ -13,6 +13,11 @@ max-over-differences hides:
 - every output is gated against the tolerance, not only `probs`: drift in the uncertainty
   outputs is exactly what a user of this tool would not notice.
 
+One exception to a single tolerance: a calibrated model divides its logits by a temperature
+T, so when T < 1 the raw logits' float round-off reaches the logit outputs multiplied by 1/T
+(at T = 0.02 a 3-ulp error of a logit near 250 is 1.5e-4). Those outputs are gated at atol / T
+(`logit_tolerances`), the bounded ones (probs, entropy, mutual_info) at atol as always.
+
 `Parity.max_abs_diff` holds the worst |difference| per output over all batches; steps write it
 (`Parity.to_dict`) into their artifact's `parity.json`.
 """
@@ -63,6 +68,8 @@ class Parity:
 
     atol: float
     names: tuple[str, ...] = contract.OUTPUT_NAMES
+    # output -> its own tolerance where it is not `atol` (`logit_tolerances`)
+    tolerances: dict[str, float] = field(default_factory=dict)
     max_abs_diff: dict[str, float] = field(default_factory=dict)
     problems: dict[str, str] = field(default_factory=dict)  # output -> its first failure
     batches: int = 0
@@ -102,29 +109,58 @@ class Parity:
         # One line per output is enough to diagnose; later batches repeat the same story.
         self.problems.setdefault(name, message)
 
+    def tolerance(self, name: str) -> float:
+        """The largest |difference| output `name` may show."""
+        return self.tolerances.get(name, self.atol)
+
     @property
     def passed(self) -> bool:
-        """No shape mismatch, no non-finite value, and every output within `atol`."""
+        """No shape mismatch, no non-finite value, and every output within its tolerance."""
         return (
             self.batches > 0
             and not self.problems
-            and all(v <= self.atol for v in self.max_abs_diff.values())
+            and all(v <= self.tolerance(k) for k, v in self.max_abs_diff.items())
         )
 
     def describe(self) -> str:
         """One line: the problems (if any), then the worst |diff| per output and the tolerance."""
         diffs = ", ".join(f"{k} {v:.2e}" for k, v in self.max_abs_diff.items())
         head = "; ".join(self.problems.values())
-        return (f"{head}; " if head else "") + f"max |diff| {diffs} (atol {self.atol:g})"
+        return (f"{head}; " if head else "") + f"max |diff| {diffs} ({describe_tolerances(self)})"
 
     def to_dict(self) -> dict[str, Any]:
         """What `parity.json` records (only written when the check passed, so all finite)."""
         return {
             "atol": self.atol,
+            **({"tolerances": dict(self.tolerances)} if self.tolerances else {}),
             "batches": self.batches,
             "max_abs_diff": dict(self.max_abs_diff),
             "passed": self.passed,
         }
+
+
+# The outputs a temperature scales without bound: the member logits z / T and the log of the
+# mean probabilities (a confident example's other classes sit near -(z_max - z) / T).
+LOGIT_OUTPUTS = ("member_logits", "logits")
+
+
+def logit_tolerances(atol: float, temperature: float) -> dict[str, float]:
+    """The tolerances of the logit outputs of a model calibrated at `temperature`: atol / T
+    below T = 1 (the raw logits' round-off, multiplied by 1/T on its way out), none above
+    (there a temperature shrinks the round-off; atol stays)."""
+    if not 0.0 < temperature < 1.0:
+        return {}
+    return {name: atol / temperature for name in LOGIT_OUTPUTS}
+
+
+def describe_tolerances(check: Any) -> str:
+    """`atol 0.0001`, and `member_logits, logits within 0.005 (atol / T)` where they differ."""
+    text = f"atol {check.atol:g}"
+    loosened = {k: v for k, v in check.tolerances.items() if v != check.atol}
+    if loosened:
+        names = ", ".join(loosened)
+        text += f"; {names} within {max(loosened.values()):.3g} (atol / temperature)"
+    return text
 
 
 def contract_outputs(member_logits: Any) -> dict[str, Any]:

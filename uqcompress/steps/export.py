@@ -31,7 +31,8 @@ class ExportConfig:
     )
     atol: float = fields.described(
         1e-4,
-        help="Largest allowed |probs difference| ONNX vs PyTorch (absolute, probability units).",
+        help="Largest allowed |difference| ONNX vs PyTorch in every output (absolute; the "
+        "logits of a model calibrated at T < 1: atol / T).",
     )
     opset: int = fields.described(18, help="ONNX opset, 18..23.")
     text_column: str = fields.runtime("text")
