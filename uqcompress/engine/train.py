@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from torch.utils.data import DataLoader
 
 
-PRECISIONS = {"fp32": "no", "bf16": "bf16"}
+PRECISIONS = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}
 SCHEDULES = ("linear", "cosine", "constant")
 # --select-best metrics on --val, and whether higher is better
 SELECT_METRICS = {"nll": False, "acc": True, "ece": False, "loss": False}
@@ -52,7 +52,7 @@ class TrainConfig:
     warmup_ratio: float = 0.1  # --warmup: a fraction of the optimizer steps
     max_grad_norm: float = 1.0
     device: str = "cpu"
-    precision: str = "fp32"  # or "bf16": mixed precision through accelerate
+    precision: str = "fp32"  # or "bf16"/"fp16": mixed precision through accelerate
     select_best: str = NO_SELECTION  # a SELECT_METRICS key: keep the best epoch's weights
     patience: int | None = None  # stop after this many epochs without a better select_best
     grad_accum: int = 1  # micro-batches per optimizer step
@@ -406,6 +406,23 @@ CHECKPOINT_FILE = "checkpoint.pt"
 EpochEnd = Callable[["nn.Module"], dict[str, Any]]
 
 
+def _free_precision(mixed_precision: str) -> None:
+    """Let this run's Accelerator take `mixed_precision` in a process where an earlier run
+    fixed another one: accelerate keeps one process-wide state and refuses to change its
+    precision ("AcceleratorState has already been initialized"), which broke a second
+    finetune with another `--precision`/`--dtype` in one process (`uqc run`, a notebook).
+    Only a single process resets it; under torchrun or accelerate launch every run of the
+    process shares the launcher's state."""
+    from accelerate.state import AcceleratorState
+
+    from uqcompress.runtime.distributed import world_size
+
+    if not AcceleratorState._shared_state or world_size() > 1:
+        return
+    if AcceleratorState().mixed_precision != mixed_precision:
+        AcceleratorState._reset_state(reset_partial_state=True)
+
+
 def train(
     model: nn.Module,
     loader: DataLoader,
@@ -448,6 +465,7 @@ def train(
     generator = getattr(loader, "generator", None)  # the shuffling order's own generator
     # split_batches: --batch-size is the global batch, cut across processes, so a run on N
     # processes takes the same optimisation steps as a run on one.
+    _free_precision(PRECISIONS[cfg.precision])
     accelerator = Accelerator(
         cpu=cfg.device == "cpu",
         mixed_precision=PRECISIONS[cfg.precision],

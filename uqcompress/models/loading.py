@@ -544,6 +544,16 @@ def _load_into_skeleton(
     )
 
 
+def cast_loaded(loaded: LoadedModel, dtype: str) -> None:
+    """Cast a loaded model's weights to `dtype` in place, its config saying so (what
+    `save_model` writes and `--dtype auto` reads back)."""
+    if loaded.dtype == dtype:
+        return
+    loaded.model.to(torch_dtype(dtype))
+    loaded.model.config.dtype = torch_dtype(dtype)
+    loaded.dtype = dtype
+
+
 def save_model(loaded: LoadedModel, directory: Path, keep_calibration: bool = False) -> None:
     """Write weights (safetensors), config, tokenizer or preprocessing into ``directory``.
 

@@ -199,13 +199,16 @@ def train_into(
     replace_head: bool = False,
     labels_hint: str | None = None,
     dtype: str = "float32",
+    save_dtype: str | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
-    """Load the model of `source`, fine-tune it (`train.fine_tune`, `transform`,
+    """Load the model of `source` as `dtype`, fine-tune it (`train.fine_tune`, `transform`,
     `replace_head` and `labels_hint` included) and save it into `directory` with its
-    training history; returns the summary and the warnings for its manifest."""
+    training history, cast to `save_dtype` if given (finetune's half `--dtype`: trained in
+    float32, saved in the half dtype); returns the summary and the warnings for its
+    manifest."""
     from uqcompress.data.encoding import check_input_kind
     from uqcompress.engine.train import fine_tune
-    from uqcompress.models.loading import calibration_dropped, load_model, save_model
+    from uqcompress.models.loading import calibration_dropped, cast_loaded, load_model, save_model
     from uqcompress.models.summary import model_summary
 
     warnings: list[str] = []
@@ -229,6 +232,8 @@ def train_into(
         labels_hint=labels_hint,
     )
     warnings += tuned.warnings
+    if save_dtype is not None:
+        cast_loaded(tuned.loaded, save_dtype)
     save_model(tuned.loaded, directory)
     model = Path(str(source.path)).resolve().name
     warnings += write_history(tuned.result, directory, model, description, train_data.spec)

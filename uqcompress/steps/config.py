@@ -53,15 +53,16 @@ def workers() -> Any:
     return runtime(0)
 
 
-def dtype() -> Any:
+def dtype(help: str | None = None) -> Any:
     """`--dtype`: the dtype the model is loaded and computed in (`models.precision`); `auto`
     is resolved when the step plans its artifact, and float32 (what every step computed in
-    before the option) is left out of the id."""
+    before the option) is left out of the id. `help`: a step's own wording, where the dtype
+    means more than that (finetune)."""
     from uqcompress.models.precision import DTYPE_HELP, DTYPES
 
     return dataclasses.field(
         default="auto",
-        metadata={RUNTIME: False, ID_OMIT: "float32", HELP: DTYPE_HELP, CHOICES: DTYPES},
+        metadata={RUNTIME: False, ID_OMIT: "float32", HELP: help or DTYPE_HELP, CHOICES: DTYPES},
     )
 
 

@@ -14,6 +14,7 @@ from uqcompress.steps.common import (
     checkpointing,
     load_training_data,
     train_into,
+    with_planned_dtype,
 )
 
 
@@ -35,10 +36,17 @@ class FinetuneConfig(fields.TrainingOptions):
     label_column: str = fields.runtime("label")
     text_pair_column: str | None = fields.runtime(None)
     precision: str = fields.described(
-        "fp32", help="fp32, or bf16 mixed precision (for GPUs; through accelerate)."
+        "fp32",
+        help="fp32, or bf16 / fp16 mixed precision (through accelerate); a half --dtype sets it.",
     )
     device: str = fields.device()
     threads: int | None = fields.threads()
+    # a half dtype: computed under autocast in it, float32 master weights, saved in it
+    dtype: str = fields.dtype(
+        help="float32, bfloat16, float16 or auto (the checkpoint's own dtype for decoders "
+        "above 1B parameters, else float32). A half dtype trains in mixed precision (float32 "
+        "master weights, computed in the dtype) and saves the model in it."
+    )
 
     def train_config(self) -> Any:
         from uqcompress.engine.train import TrainConfig
@@ -48,7 +56,35 @@ class FinetuneConfig(fields.TrainingOptions):
     def validate(self) -> None:
         problems = fields.problems(self)
         problems.check(self.train_config().validate)
+        wanted = HALF_PRECISION.get(self.dtype)
+        if wanted is not None and self.precision not in ("fp32", wanted):
+            problems.add(
+                f"--precision {self.precision} contradicts --dtype {self.dtype}, which trains "
+                f"in {wanted} mixed precision",
+                hint=f"drop --precision, or pass --precision {wanted}",
+            )
         problems.raise_any()
+
+
+# The mixed precision a half --dtype trains in. Pure half-precision training would hold the
+# weights and AdamW's moments in 8 (bfloat16) or 11 (float16) mantissa bits, where an update
+# below 2^-8 of a weight rounds away: the weights stay float32 while training and are cast
+# to the dtype once, when the model is saved.
+HALF_PRECISION = {"bfloat16": "bf16", "float16": "fp16"}
+
+
+def with_training_dtype(cfg: FinetuneConfig, source: Any) -> FinetuneConfig:
+    """`cfg` with `--dtype` resolved for `source` (`auto`: a >1B decoder's stored half
+    dtype) and the mixed precision a half dtype trains in, so the recorded config and the
+    id say how the run computed (`--dtype bfloat16` and `--dtype bfloat16 --precision bf16`
+    are one run)."""
+    from dataclasses import replace
+
+    cfg = with_planned_dtype(cfg, source)
+    wanted = HALF_PRECISION.get(cfg.dtype)
+    if wanted is None or cfg.precision not in ("fp32", wanted):
+        return cfg  # float32, or a --precision that contradicts the dtype: validate says so
+    return replace(cfg, precision=wanted)
 
 
 def run(
@@ -58,11 +94,14 @@ def run(
 
     cfg.validate()  # bad values fail before any data is read
     cfg = fields.resolve_training(cfg)
-    train_cfg = cfg.train_config()
     members = _is_members(model_path)
     source = None if members else resolve_model_source(model_path)
     if source is not None:
         _refuse_student(source)
+    # members share one base and its dtype: the first one's stands for all
+    cfg = with_training_dtype(cfg, source or resolve_model_source(model_path / "member0"))
+    cfg.validate()  # the resolved dtype against --precision
+    train_cfg = cfg.train_config()
     loaded_data = load_training_data(
         cfg.data, cfg.val, cfg.text_column, cfg.label_column, cfg.text_pair_column
     )
@@ -90,6 +129,7 @@ def run(
             writer.dir,
             max_length=cfg.max_length,
             checkpoint=checkpointing(cfg, writer),
+            save_dtype=cfg.dtype,
         )
         writer.summary.update(summary)
         for warning in warnings:
@@ -157,6 +197,7 @@ def _run_members(
                 max_length=cfg.max_length,
                 description=f"finetune member {m}",
                 checkpoint=member_checkpoint,
+                save_dtype=cfg.dtype,
             )
             curves.append(summary)
             for warning in dict.fromkeys(warnings):
