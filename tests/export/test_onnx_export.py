@@ -179,15 +179,16 @@ def test_parity_gate_refuses_a_perturbed_graph(
     tmp_path: Path,
     trained_bert_artifact: Path,
 ) -> None:
-    original = uqc_onnx.write_metadata
+    original = uqc_onnx.export_graph
     calls: list[Path] = []
 
-    def perturbed(path: Path, metadata: dict[str, str]) -> None:
-        original(path, metadata)
+    def perturbed(graph: Any, loaded: Any, path: Path, *args: Any) -> bool:
+        external = original(graph, loaded, path, *args)
         _perturb_classifier(path)
         calls.append(path)
+        return external
 
-    monkeypatch.setattr(uqc_onnx, "write_metadata", perturbed)
+    monkeypatch.setattr(uqc_onnx, "export_graph", perturbed)
     out = tmp_path / "exports" / "bert-bad"
     result = cli("export", trained_bert_artifact, "--format", "onnx", "--out", out)
     assert calls, "the perturbation hook never ran"

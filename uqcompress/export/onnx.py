@@ -93,10 +93,17 @@ def weight_bytes(model: Any) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
-def export_graph(graph: Any, loaded: LoadedModel, path: Path, opset: int) -> bool:
+def export_graph(
+    graph: Any,
+    loaded: LoadedModel,
+    path: Path,
+    opset: int,
+    metadata: dict[str, str] | None = None,
+) -> bool:
     """Trace ``graph`` with the dynamo exporter into `path`: one self-contained `.onnx` file,
     or, for weights over `EXTERNAL_DATA_BYTES`, the graph plus `<path>.data` beside it
-    (ONNX external data, which ONNX Runtime reads from the graph's folder). Returns whether
+    (ONNX external data, which ONNX Runtime reads from the graph's folder), with `metadata`
+    as its metadata_props (in key order; the exporter's own are replaced). Returns whether
     the weights went to external data."""
     import torch
     from torch.export import Dim
@@ -132,20 +139,13 @@ def export_graph(graph: Any, loaded: LoadedModel, path: Path, opset: int) -> boo
             verbose=False,
         )
         assert program is not None
+        if metadata is not None:
+            # Set before saving: loading the saved file again to add them held a second copy
+            # of the weights of a graph without external data (1x more peak memory).
+            program.model.metadata_props.clear()
+            program.model.metadata_props.update(sorted(metadata.items()))
         program.save(str(path), external_data=external)
     return external
-
-
-def write_metadata(path: Path, metadata: dict[str, str]) -> None:
-    import onnx
-
-    # The graph only: external data (if any) stays where it is, referenced by location.
-    model = onnx.load(str(path), load_external_data=False)
-    del model.metadata_props[:]
-    for key, value in sorted(metadata.items()):
-        entry = model.metadata_props.add()
-        entry.key, entry.value = key, value
-    onnx.save(model, str(path))
 
 
 def metadata_for(

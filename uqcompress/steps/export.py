@@ -293,14 +293,13 @@ def _write_onnx(
 ) -> None:
     from uqcompress.engine.modality import synthetic_examples
     from uqcompress.export import contract
-    from uqcompress.export.card import CardFacts, graph_metadata, write_model_card
+    from uqcompress.export.card import CardFacts, write_model_card
     from uqcompress.export.graph import graph_for
     from uqcompress.export.latency import latency_inputs, measure_latency
     from uqcompress.export.onnx import (
         check_parity,
         export_graph,
         metadata_for,
-        write_metadata,
     )
     from uqcompress.export.runtime import Predictor
     from uqcompress.models.sve_model import SVE
@@ -328,12 +327,9 @@ def _write_onnx(
         onnx_path = writer.dir / contract.ONNX_FILE
         stderr.print(f"[dim]exporting {loaded.family.name} to ONNX (opset {cfg.opset})...[/dim]")
         work.step("tracing the graph (torch.export, then ONNX)")
-        if export_graph(exported, loaded, onnx_path, cfg.opset):
+        metadata = metadata_for(loaded, source_id, source_kind, loaded.members, max_length=length)
+        if export_graph(exported, loaded, onnx_path, cfg.opset, metadata):
             writer.summary["external_data"] = f"{onnx_path.name}.data"
-        write_metadata(
-            onnx_path,
-            metadata_for(loaded, source_id, source_kind, loaded.members, max_length=length),
-        )
         loader = _write_loader_files(loaded, writer.dir)
         if loaded.input_kind == "text":
             _write_tokenizer(loaded, length, writer.dir)
@@ -379,5 +375,7 @@ def _write_onnx(
         work.step("writing the model card")
         write_model_card(
             writer.dir,
-            CardFacts("export", "onnx", writer.summary, source_path, graph_metadata(onnx_path)),
+            # the metadata the graph holds (re-reading a graph without external data would
+            # load its weights again)
+            CardFacts("export", "onnx", writer.summary, source_path, metadata),
         )
