@@ -154,7 +154,8 @@ def logit_tolerances(atol: float, temperature: float) -> dict[str, float]:
 
 
 def describe_tolerances(check: Any) -> str:
-    """`atol 0.0001`, and `member_logits, logits within 0.005 (atol / T)` where they differ."""
+    """`atol 0.0001`, then `; member_logits, logits within 0.005 (atol / temperature)` where
+    a check (`Parity`, the export's `ParityReport`) has tolerances other than its atol."""
     text = f"atol {check.atol:g}"
     loosened = {k: v for k, v in check.tolerances.items() if v != check.atol}
     if loosened:

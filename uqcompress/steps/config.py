@@ -53,16 +53,17 @@ def workers() -> Any:
     return runtime(0)
 
 
-def dtype(help: str | None = None) -> Any:
+def dtype(also: str = "") -> Any:
     """`--dtype`: the dtype the model is loaded and computed in (`models.precision`); `auto`
     is resolved when the step plans its artifact, and float32 (what every step computed in
-    before the option) is left out of the id. `help`: a step's own wording, where the dtype
-    means more than that (finetune)."""
+    before the option) is left out of the id. `also`: what the dtype means besides that in
+    one step (finetune), said after the shared help."""
     from uqcompress.models.precision import DTYPE_HELP, DTYPES
 
+    help_text = f"{DTYPE_HELP} {also}".strip()
     return dataclasses.field(
         default="auto",
-        metadata={RUNTIME: False, ID_OMIT: "float32", HELP: help or DTYPE_HELP, CHOICES: DTYPES},
+        metadata={RUNTIME: False, ID_OMIT: "float32", HELP: help_text, CHOICES: DTYPES},
     )
 
 

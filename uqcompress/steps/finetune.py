@@ -43,9 +43,8 @@ class FinetuneConfig(fields.TrainingOptions):
     threads: int | None = fields.threads()
     # a half dtype: computed under autocast in it, float32 master weights, saved in it
     dtype: str = fields.dtype(
-        help="float32, bfloat16, float16 or auto (the checkpoint's own dtype for decoders "
-        "above 1B parameters, else float32). A half dtype trains in mixed precision (float32 "
-        "master weights, computed in the dtype) and saves the model in it."
+        also="A half dtype trains in mixed precision (float32 master weights, computed in the "
+        "dtype) and saves the model in it."
     )
 
     def train_config(self) -> Any:

@@ -92,7 +92,9 @@ class SVEConfig(fields.TrainingOptions):
     text_column: str = fields.runtime("text")
     label_column: str = fields.runtime("label")
     text_pair_column: str | None = fields.runtime(None)
-    precision: str = fields.described("fp32", help="fp32, or bf16 mixed precision (GPUs).")
+    precision: str = fields.described(
+        "fp32", help="fp32, or bf16 / fp16 mixed precision (through accelerate)."
+    )
     device: str = fields.device()
     threads: int | None = fields.threads()
     # the frozen base's dtype; the singular values and biases train in float32 whatever it is
