@@ -12,6 +12,7 @@ already made. With one process every helper is the identity and no group is crea
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -85,11 +86,29 @@ def _group() -> Any:
     return _GROUP
 
 
+# How long a process waits at exit for the others before tearing its group down anyway.
+EXIT_BARRIER_SECONDS = 30
+
+
 def _destroy() -> None:
+    """At exit: meet every other process (a bounded gloo barrier), then destroy the groups.
+    Rank 0 of a two-process CPU launch aborted at exit now and then (SIGABRT, "terminate
+    called without an active exception"), after its work was written, while its peer was
+    exiting too; seen only under the full test suite's load, so this narrows a teardown
+    race that could not be reproduced alone. A peer that is gone costs the wait, not a
+    hang."""
+    import datetime
+
     import torch.distributed as dist
 
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    if not dist.is_initialized():
+        return
+    if _GROUP is not None:
+        with contextlib.suppress(RuntimeError):  # a peer already gone: tear down regardless
+            dist.monitored_barrier(
+                group=_GROUP, timeout=datetime.timedelta(seconds=EXIT_BARRIER_SECONDS)
+            )
+    dist.destroy_process_group()
 
 
 def all_gather_objects(value: T) -> list[T]:
