@@ -32,6 +32,7 @@ RUNTIME_MODULES = (
     "uqcompress/errors.py",
     "uqcompress/engine/modality.py",
     "uqcompress/export/contract.py",
+    "uqcompress/export/onnx_file.py",
     "uqcompress/export/runtime.py",
     "uqcompress/models/preprocessing.py",
     "uqcompress/runtime/deps.py",

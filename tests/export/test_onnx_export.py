@@ -231,15 +231,14 @@ def test_check_parity_reports_a_perturbed_model(
     graph = graph_for(loaded.model, "text")
     data = load_data(str(sentiment_csv["test"]), require_labels=False)
 
-    good = uqc_onnx.check_parity(
-        graph, loaded, _predictor_on_copy(bert_onnx, tmp_path / "good", False), data, 1e-4
-    )
+    good_predictor = _predictor_on_copy(bert_onnx, tmp_path / "good", False)
+    reference = uqc_onnx.parity_reference(graph, loaded, good_predictor, data)
+    good = uqc_onnx.check_parity(reference, good_predictor, 1e-4)
     assert good.passed is True
     assert good.max_abs_diff["probs"] <= 1e-4
 
-    bad = uqc_onnx.check_parity(
-        graph, loaded, _predictor_on_copy(bert_onnx, tmp_path / "bad", True), data, 1e-4
-    )
+    bad_predictor = _predictor_on_copy(bert_onnx, tmp_path / "bad", True)
+    bad = uqc_onnx.check_parity(reference, bad_predictor, 1e-4)
     assert bad.passed is False
     assert bad.max_abs_diff["probs"] > 1e-2
     assert bad.max_abs_diff["member_logits"] == pytest.approx(1.0, abs=1e-4)  # the +1.0 bias
@@ -391,3 +390,19 @@ def test_the_opset_range_is_the_exporters() -> None:
     from uqcompress.steps.export import OPSETS
 
     assert OPSETS == (uqc_onnx.MIN_OPSET, _constants.ONNX_MAX_OPSET)
+
+
+def test_the_export_frees_weights_that_other_objects_still_reference() -> None:
+    """After tracing, onnxscript's rewrite rules keep the last graph they matched, and with
+    it the parameter objects: `uqc export` empties the parameters themselves before ONNX
+    Runtime loads the graph (moving the module to the meta device made new parameters and
+    left the old ones, and their memory, alive)."""
+    from uqcompress.steps.export import _free_weights
+
+    model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.LayerNorm(32))
+    model.register_buffer("table", torch.ones(10, 10))
+    held = [*model.parameters(), *model.buffers()]  # as the exporter's internals hold them
+    assert sum(t.numel() for t in held) > 0
+    _free_weights(model)
+    assert all(t.numel() == 0 for t in held)
+    assert all(t.dtype == torch.float32 for t in held)

@@ -316,3 +316,29 @@ def test_metadata_that_contradicts_the_graph_is_refused_at_load(
     assert needle in caught.value.message
     assert "does not follow the uqc export contract" in caught.value.message
     assert "\n" not in caught.value.message
+
+
+def test_a_deferred_session_opens_on_the_first_run_and_is_checked_then(
+    vit_onnx: Path, tmp_path: Path
+) -> None:
+    """`open_session=False` (what `uqc export` uses to free torch's weights before ONNX
+    Runtime loads the graph's): inputs encode without a session; the first run opens it,
+    checks the graph against the contract as an eager load does, and answers the same."""
+    eager = Predictor(vit_onnx)
+    lazy = Predictor(vit_onnx, open_session=False)
+    size, channels = int(lazy.preprocessing["image_size"]), int(lazy.preprocessing["num_channels"])
+    pixels = np.random.default_rng(0).uniform(0, 255, size=(3, channels, size, size))
+    inputs = lazy.encode_pixels(pixels)
+    assert lazy._session is None  # encoding needed no session
+    got = lazy.run(inputs)
+    assert lazy._session is not None
+    np.testing.assert_array_equal(got.probs, eager.run(eager.encode_pixels(pixels)).probs)
+
+    forged = _with_metadata(
+        vit_onnx, tmp_path / "forged", "uqc.preprocessing", lambda p: p.update(image_size=16)
+    )
+    deferred = Predictor(forged, open_session=False)  # the metadata alone is consistent
+    big = np.random.default_rng(0).uniform(0, 255, size=(1, channels, 16, 16))
+    with pytest.raises(ArtifactError) as caught:
+        deferred.run(deferred.encode_pixels(big))
+    assert "the graph takes 8x8 images" in caught.value.message

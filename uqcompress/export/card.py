@@ -59,10 +59,10 @@ class CardFacts:
 
 
 def graph_metadata(onnx_path: Path) -> dict[str, str]:
-    """An ONNX file's metadata_props (the graph itself is not loaded)."""
-    import onnx
+    """An ONNX file's metadata_props (the weights are not read)."""
+    from uqcompress.export.onnx_file import read_skeleton
 
-    model = onnx.load(str(onnx_path), load_external_data=False)
+    model = read_skeleton(onnx_path)
     return {entry.key: entry.value for entry in model.metadata_props}
 
 

@@ -23,6 +23,7 @@ from uqcompress.data.dataset import LabeledData
 from uqcompress.engine.modality import DEFAULT_MAX_LENGTH, modality_of, synthetic_examples
 from uqcompress.errors import ConfigError
 from uqcompress.export import contract
+from uqcompress.export.onnx_file import write_model
 from uqcompress.export.parity import Parity, describe_tolerances, logit_tolerances
 from uqcompress.models.loading import LoadedModel
 
@@ -144,7 +145,15 @@ def export_graph(
             # of the weights of a graph without external data (1x more peak memory).
             program.model.metadata_props.clear()
             program.model.metadata_props.update(sorted(metadata.items()))
-        program.save(str(path), external_data=external)
+        if external:
+            program.save(str(path), external_data=True)
+        else:
+            # onnx's own save held the weights three more times (a proto, its bytes)
+            write_model(program.model, path)
+        # onnxscript's rewrite rules keep a reference to the last graph they matched, which
+        # kept every weight of the model alive after the export: drop the graph's tensors
+        for value in program.model.graph.initializers.values():
+            value.const_value = None
     return external
 
 
@@ -219,21 +228,40 @@ def metadata_for(
     }
 
 
-def check_parity(
+@dataclass
+class ParityCase:
+    """One batch of the parity check: the graph's inputs as the Predictor encodes them (a
+    sampling model's noise included) and torch's outputs for the same examples."""
+
+    inputs: dict[str, Any]
+    reference: list[Any]
+
+
+@dataclass
+class ParityReference:
+    """torch's side of the parity check, computed before ONNX Runtime opens the graph so
+    that the two never hold the weights at the same time."""
+
+    cases: list[ParityCase]
+    examples: int
+    temperature: float
+    padded_batches: int = 0
+    shapes: list[str] = field(default_factory=list)
+
+
+def parity_reference(
     graph: Any,
     loaded: LoadedModel,
     predictor: Any,
     data: LabeledData,
-    atol: float,
     max_length: int | None = None,
-) -> ParityReport:
-    """Run both paths on up to PARITY_EXAMPLES raw examples in batches of PARITY_BATCH.
+) -> ParityReference:
+    """Run torch on up to PARITY_EXAMPLES raw examples in batches of PARITY_BATCH, and keep
+    the ONNX inputs the Predictor encodes for them (it needs its tokenizer and metadata,
+    not its session: open it with ``open_session=False``).
 
     Synthetic examples of mixed lengths are always appended, so that padding and lengths
     other than the trace example's are exercised even when the real data is uniform.
-    Passes when the shared `Parity` check passes (every graph output within `atol`, a
-    calibrated model's logits within atol / T when T < 1; shapes equal, no NaN/inf on either
-    side) and every argmax agrees.
     """
     import torch
 
@@ -249,11 +277,7 @@ def check_parity(
     if subset.input_kind == "image":
         raw = encode_images(subset, loaded.preprocessing, encoded.labels, normalise=False)
     temperature = loaded.calibration.temperature if loaded.calibration is not None else 1.0
-    tolerances = logit_tolerances(atol, temperature)
-    report = ParityReport(atol=atol, examples=n, batch_size=PARITY_BATCH, tolerances=tolerances)
-    # every graph output: `logits` for Hugging Face loaders too
-    parity = Parity(atol, names=contract.GRAPH_OUTPUTS, tolerances=tolerances)
-    agree = 0
+    reference = ParityReference(cases=[], examples=n, temperature=temperature)
     graph.eval()
     for start in range(0, n, PARITY_BATCH):
         index = list(range(start, min(n, start + PARITY_BATCH)))
@@ -265,28 +289,54 @@ def check_parity(
                 [subset.texts[i] for i in index],
                 [pair[i] for i in index] if pair is not None else None,
             )
-            report.padded_batches += int((onnx_inputs["attention_mask"] == 0).any())
+            reference.padded_batches += int((onnx_inputs["attention_mask"] == 0).any())
         else:
             # The Predictor takes the processor's resized pixels and rescales and normalises
             # them itself, from its own metadata: that is what this compares.
             assert raw is not None
             onnx_inputs = predictor.encode_pixels(collate(raw, index)["pixel_values"].numpy())
         first = next(iter(onnx_inputs.values()))
-        report.shapes.append("x".join(str(d) for d in first.shape))
+        reference.shapes.append("x".join(str(d) for d in first.shape))
         if predictor.noise is not None:  # both sides draw the same samples
             onnx_inputs[contract.NOISE_INPUT] = predictor.draw_noise(onnx_inputs)
             batch[contract.NOISE_INPUT] = torch.from_numpy(onnx_inputs[contract.NOISE_INPUT])
         with torch.inference_mode():
-            reference = [t.float().numpy() for t in graph(**batch)]
-        got = predictor.run(onnx_inputs)
-        produced = [*got.arrays(), predictor.loader_logits(onnx_inputs)]
-        parity.compare(reference, produced)
-        if reference[1].shape == got.probs.shape:
-            agree += int(np.sum(np.argmax(reference[1], axis=1) == np.argmax(got.probs, axis=1)))
+            outputs = [t.float().numpy() for t in graph(**batch)]
+        reference.cases.append(ParityCase(onnx_inputs, outputs))
+    return reference
+
+
+def check_parity(reference: ParityReference, predictor: Any, atol: float) -> ParityReport:
+    """Run the graph on the reference's inputs and compare every output with torch's.
+
+    Passes when the shared `Parity` check passes (every graph output within `atol`, a
+    calibrated model's logits within atol / T when T < 1; shapes equal, no NaN/inf on either
+    side) and every argmax agrees.
+    """
+    tolerances = logit_tolerances(atol, reference.temperature)
+    report = ParityReport(
+        atol=atol,
+        examples=reference.examples,
+        batch_size=PARITY_BATCH,
+        tolerances=tolerances,
+        padded_batches=reference.padded_batches,
+        shapes=list(reference.shapes),
+    )
+    # every graph output: `logits` for Hugging Face loaders too
+    parity = Parity(atol, names=contract.GRAPH_OUTPUTS, tolerances=tolerances)
+    agree = 0
+    for case in reference.cases:
+        got = predictor.run(case.inputs)
+        produced = [*got.arrays(), predictor.loader_logits(case.inputs)]
+        parity.compare(case.reference, produced)
+        if case.reference[1].shape == got.probs.shape:
+            agree += int(
+                np.sum(np.argmax(case.reference[1], axis=1) == np.argmax(got.probs, axis=1))
+            )
     report.max_abs_diff = dict(parity.max_abs_diff)
     report.problems = list(parity.problems.values())
-    report.argmax_agreement = agree / n
-    report.passed = parity.passed and agree == n
+    report.argmax_agreement = agree / reference.examples
+    report.passed = parity.passed and agree == reference.examples
     return report
 
 

@@ -487,21 +487,6 @@ def grouped_matmuls(model: Any) -> list[str]:
     ]
 
 
-def quantization_of(onnx_path: Path) -> dict[str, Any] | None:
-    """The `uqc.quantization` record of an ONNX file, or None for a float32 export."""
-    import onnx
-
-    model = onnx.load(str(onnx_path), load_external_data=False)
-    for prop in model.metadata_props:
-        if prop.key == contract.META_QUANTIZATION:
-            try:
-                value = json.loads(prop.value)
-            except json.JSONDecodeError:
-                return {"mode": "unknown"}
-            return value if isinstance(value, dict) else {"mode": "unknown"}
-    return None
-
-
 # --- the drift gate ---------------------------------------------------------------------------
 
 

@@ -9,8 +9,6 @@ information. Never import torch here: a test runs this module where torch cannot
 from __future__ import annotations
 
 import json
-import mmap
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +19,7 @@ import numpy.typing as npt
 
 from uqcompress.errors import ArtifactError, DataError, empty_text_error
 from uqcompress.export import contract
+from uqcompress.export.onnx_file import read_skeleton
 from uqcompress.runtime.paths import safe_join
 from uqcompress.uq.calibration import Calibration, abstain_scores, abstains
 from uqcompress.uq.outputs import ModelOutputs, concat_outputs
@@ -66,34 +65,21 @@ def _first_line(exc: BaseException) -> str:
     return lines[0] if lines else type(exc).__name__
 
 
-def _mentions_location(onnx_path: Path) -> bool:
-    """Whether the file's bytes contain b"location": every external-data reference has that
-    key, so a file without it has none, and parsing it (seconds for a large model) can be
-    skipped."""
-    with onnx_path.open("rb") as handle:
-        if os.fstat(handle.fileno()).st_size == 0:
-            return False
-        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            return data.find(b"location") != -1
-
-
-def check_onnx_paths(onnx_path: Path, metadata: bool = True) -> None:
-    """Refuse an ONNX file whose external-data locations (or, with ``metadata``, the tokenizer
-    path in its metadata) leave its folder, directly or through a symlink: `uqc verify` and
-    the Predictor (which checks the tokenizer path itself) both run this.
+def check_onnx_paths(onnx_path: Path) -> None:
+    """Refuse an ONNX file whose external-data locations or the tokenizer path in its
+    metadata leave its folder, directly or through a symlink: `uqc verify` and the Predictor
+    both run this, before ONNX Runtime opens the file.
 
     ONNX Runtime checks external data itself in recent versions, but with a traceback; older
-    ones do not check at all. Parses the graph without loading any external data.
+    ones do not check at all. Reads the graph's structure only, never a tensor's data.
     """
-    if not metadata and not _mentions_location(onnx_path):
-        return
     try:
         import onnx
         from google.protobuf.message import DecodeError
     except ImportError:  # a deployment without the onnx package: ORT's own check remains
         return
     try:
-        model = onnx.load(str(onnx_path), load_external_data=False)
+        model = read_skeleton(onnx_path)
     except (DecodeError, ValueError, OSError) as exc:
         raise ArtifactError(
             f"{onnx_path} is not a readable ONNX model ({_first_line(exc)})",
@@ -301,14 +287,13 @@ def graph_tables(onnx_path: Path) -> tuple[int | None, int | None]:
     """Rows of a text graph's token embedding (the initializer that `input_ids` index) and
     of its learned position table, if it has one (rotary decoders have none); (None, None)
     without the onnx package (a torch-free deployment: ONNX Runtime's own checks remain).
-    Parses the graph only, never external data."""
+    Reads the graph's structure only, never a tensor's data."""
     try:
-        import onnx
         from google.protobuf.message import DecodeError
     except ImportError:
         return None, None
     try:
-        model = onnx.load(str(onnx_path), load_external_data=False)
+        model = read_skeleton(onnx_path)
     except (DecodeError, ValueError, OSError):
         return None, None  # ONNX Runtime loaded it; nothing more to learn here
     rows = {t.name: int(t.dims[0]) for t in model.graph.initializer if len(t.dims) == 2}
@@ -373,7 +358,13 @@ class Predictor:
         device: str = "cpu",
         threads: int | None = None,
         sample_chunk: int | None = None,
+        *,
+        open_session: bool = True,
     ):
+        """``open_session=False`` reads the metadata and the tokenizer only: the inputs can
+        be encoded, and ONNX Runtime opens the graph (and the graph is checked against the
+        contract) on the first run. `uqc export` uses it to free the torch model before the
+        graph's weights are loaded a second time."""
         from uqcompress.runtime.deps import require_onnxruntime
 
         # Sampling models: samples per pass (None: sized by uq.noise.AUTO_CHUNK_TOKENS). The
@@ -391,23 +382,20 @@ class Predictor:
         # An ONNX file may come from anywhere: its external-data locations are checked before
         # ONNX Runtime opens them, and every metadata value and the graph's inputs and outputs
         # are checked against the contract before use, so a file uqc did not make is one line.
-        check_onnx_paths(onnx_path, metadata=False)
+        check_onnx_paths(onnx_path)
         options = ort.SessionOptions()
         options.log_severity_level = 3  # errors only: ORT's warnings would bury our one line
         if threads is not None:
             options.intra_op_num_threads = threads
-        try:
-            self.session = ort.InferenceSession(
-                str(onnx_path), sess_options=options, providers=_providers(device)
-            )
-        except Exception as exc:  # ORT's own exception types (Fail, InvalidGraph, ...)
-            if not type(exc).__module__.startswith("onnxruntime"):
-                raise
-            raise ArtifactError(
-                f"ONNX Runtime cannot load {onnx_path}: {_first_line(exc)}",
-                hint="pass a model written by uqc export --format onnx",
-            ) from exc
-        meta = self.session.get_modelmeta().custom_metadata_map
+        self._open_args = (ort, onnx_path, options, _providers(device))
+        self._session: Any = None
+        self._spec: _Metadata | None = None  # set once read; a late session is checked by it
+        if open_session:
+            meta = self.session.get_modelmeta().custom_metadata_map
+        else:
+            from uqcompress.export.onnx_file import read_skeleton
+
+            meta = {p.key: p.value for p in read_skeleton(onnx_path).metadata_props}
         if meta.get(contract.META_FORMAT) != contract.FORMAT_VERSION:
             raise ArtifactError(
                 f"{onnx_path} was not written by uqc export (no uqc metadata of format "
@@ -425,7 +413,9 @@ class Predictor:
         self.noise: dict[str, Any] | None = spec.noise
         # `uqc calibrate`: the temperature is in the graph; the abstention rule is applied here.
         self.calibration = spec.calibration
-        spec.check_graph(self.session)
+        self._spec = spec
+        if open_session:
+            spec.check_graph(self.session)
         self._tokenizer: Any = None
         self._special_ids: frozenset[int] = frozenset()
         if self.input_kind == "text":
@@ -452,6 +442,26 @@ class Predictor:
             self._tokenizer.no_padding()
             self._tokenizer.enable_truncation(int(self.preprocessing["max_length"]))
             self._special_ids = special_token_ids(self._tokenizer)
+
+    @property
+    def session(self) -> Any:
+        """The ONNX Runtime session, opened on first use."""
+        if self._session is None:
+            ort, onnx_path, options, providers = self._open_args
+            try:
+                self._session = ort.InferenceSession(
+                    str(onnx_path), sess_options=options, providers=providers
+                )
+            except Exception as exc:  # ORT's own exception types (Fail, InvalidGraph, ...)
+                if not type(exc).__module__.startswith("onnxruntime"):
+                    raise
+                raise ArtifactError(
+                    f"ONNX Runtime cannot load {onnx_path}: {_first_line(exc)}",
+                    hint="pass a model written by uqc export --format onnx",
+                ) from exc
+            if self._spec is not None:  # opened late: checked now, before its first run
+                self._spec.check_graph(self._session)
+        return self._session
 
     # -- inputs ---------------------------------------------------------------------------
 

@@ -269,12 +269,11 @@ def run(
     require_onnxruntime()
     artifact = _open_export(Path(onnx_artifact))
     if cfg.exclude:
-        import onnx
-
         from uqcompress.export import contract
+        from uqcompress.export.onnx_file import read_skeleton
         from uqcompress.export.quantize import check_exclude
 
-        graph = onnx.load(str(artifact.path / contract.ONNX_FILE), load_external_data=False)
+        graph = read_skeleton(artifact.path / contract.ONNX_FILE)  # nodes only, no weights
         check_exclude(graph, cfg.mode, cfg.exclude)  # before any data is read
     assert cfg.data is not None  # validate() refuses a missing --data
     summary = artifact.manifest.summary
