@@ -33,6 +33,17 @@ def _commands(model: Path, data: Path, root: Path) -> list[list[str]]:
             "--out",
             str(root / "sve-bf16"),
         ],
+        [
+            "finetune",
+            str(model),
+            *common,
+            "--lr",
+            "2e-3",
+            "--dtype",
+            "bfloat16",
+            "--out",
+            str(root / "finetune-bf16"),
+        ],
         ["finetune", str(model), *common, "--ema", "0.9", "--out", str(root / "refused")],
     ]
 
@@ -72,19 +83,22 @@ def test_fsdp_on_two_processes_trains_what_one_process_trains(
 ) -> None:
     root, model, run = sharded_runs
     assert run.returncode == 0, run.stderr[-3000:]
-    for rank in (0, 1):  # three trainings, the refusal on both processes, two DIRECTORs
-        assert f"exit codes of rank {rank}: [0, 0, 0, 1, 0, 0]" in run.stderr, run.stderr[-3000:]
+    for rank in (0, 1):  # four trainings, the refusal on both processes, two DIRECTORs
+        assert f"exit codes of rank {rank}: [0, 0, 0, 0, 1, 0, 0]" in run.stderr, run.stderr[-3000:]
     two, one = root / "two", tmp_path / "one"
-    names = ("finetune", "sve", "sve-bf16", "director")
+    names = ("finetune", "sve", "sve-bf16", "finetune-bf16", "director")
     assert run.stdout.strip().splitlines() == [
         *(str(two / n) for n in names),
         str(root / "ddp" / "director"),
     ]
     start = load_file(str(model / "model.safetensors"))
     for args, name, tolerance in zip(
-        _commands(model, sentiment_csv["train"], one)[:3],
-        ("finetune", "sve", "sve-bf16"),
-        (1e-5, 1e-5, 5e-3),  # bfloat16 rounds the two runs' sums differently
+        _commands(model, sentiment_csv["train"], one)[:4],
+        ("finetune", "sve", "sve-bf16", "finetune-bf16"),
+        # bfloat16 rounds the two runs' sums differently (finetune-bf16: mixed precision,
+        # float32 master weights saved in bfloat16, whose spacing near 1 is 8e-3; at most
+        # one unit of it apart, checked below)
+        (1e-5, 1e-5, 5e-3, 1e-2),
         strict=True,
     ):
         assert cli(*args).code == 0
@@ -100,6 +114,17 @@ def test_fsdp_on_two_processes_trains_what_one_process_trains(
     tuned = load_file(str(one / "finetune" / "model.safetensors"))
     moved = max(float((tuned[k] - start[k]).abs().max()) for k in start)
     assert moved > 1e-3  # the weights compared above really trained
+    halves = load_file(str(two / "finetune-bf16" / "model.safetensors"))
+    assert {str(v.dtype) for v in halves.values()} == {"torch.bfloat16"}
+    # Mixed precision: the gradients' bfloat16 sums differ between one process and two, and
+    # AdamW's normalised steps carry that into weights with small gradients (measured: max
+    # 7.8e-3 apart, one bfloat16 unit near 1). On average the two runs are much closer to
+    # each other than to where training started (measured: 4.8e-5 vs 3.3e-3).
+    single = load_file(str(one / "finetune-bf16" / "model.safetensors"))
+    count = sum(v.numel() for v in halves.values())
+    gap = sum(float((halves[k].float() - single[k].float()).abs().sum()) for k in halves)
+    moved = sum(float((single[k].float() - start[k].float()).abs().sum()) for k in start)
+    assert gap / count < 0.05 * moved / count, (gap / count, moved / count)
     sigma = {k: v for k, v in load_file(str(two / "sve-bf16" / "model.safetensors")).items()}
     assert {str(v.dtype) for k, v in sigma.items() if k.endswith("singular_values")} == {
         "torch.float32"

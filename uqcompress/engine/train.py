@@ -410,17 +410,18 @@ def _free_precision(mixed_precision: str) -> None:
     """Let this run's Accelerator take `mixed_precision` in a process where an earlier run
     fixed another one: accelerate keeps one process-wide state and refuses to change its
     precision ("AcceleratorState has already been initialized"), which broke a second
-    finetune with another `--precision`/`--dtype` in one process (`uqc run`, a notebook).
-    Only a single process resets it; under torchrun or accelerate launch every run of the
-    process shares the launcher's state."""
+    finetune with another `--precision`/`--dtype` in one process (`uqc run`, a notebook,
+    a recipe under torchrun). A single process resets all of it; under torchrun or
+    accelerate launch only the Accelerator's part, and the distributed part (PartialState:
+    the process group and ranks the launcher set up) stays."""
     from accelerate.state import AcceleratorState
 
     from uqcompress.runtime.distributed import world_size
 
-    if not AcceleratorState._shared_state or world_size() > 1:
+    if not AcceleratorState._shared_state:
         return
     if AcceleratorState().mixed_precision != mixed_precision:
-        AcceleratorState._reset_state(reset_partial_state=True)
+        AcceleratorState._reset_state(reset_partial_state=world_size() == 1)
 
 
 def train(
