@@ -44,7 +44,26 @@ def _commands(model: Path, data: Path, root: Path) -> list[list[str]]:
             "--out",
             str(root / "finetune-bf16"),
         ],
-        ["finetune", str(model), *common, "--ema", "0.9", "--out", str(root / "refused")],
+        [
+            "finetune",
+            str(model),
+            *common,
+            "--lr",
+            "2e-3",
+            "--ema",
+            "0.9",
+            "--out",
+            str(root / "finetune-ema"),
+        ],
+        [
+            "finetune",
+            str(model),
+            *common,
+            "--checkpoint-every",
+            "1",
+            "--out",
+            str(root / "refused"),
+        ],
     ]
 
 
@@ -83,22 +102,24 @@ def test_fsdp_on_two_processes_trains_what_one_process_trains(
 ) -> None:
     root, model, run = sharded_runs
     assert run.returncode == 0, run.stderr[-3000:]
-    for rank in (0, 1):  # four trainings, the refusal on both processes, two DIRECTORs
-        assert f"exit codes of rank {rank}: [0, 0, 0, 0, 1, 0, 0]" in run.stderr, run.stderr[-3000:]
+    for rank in (0, 1):  # five trainings, the refusal on both processes, two DIRECTORs
+        assert f"exit codes of rank {rank}: [0, 0, 0, 0, 0, 1, 0, 0]" in run.stderr, run.stderr[
+            -3000:
+        ]
     two, one = root / "two", tmp_path / "one"
-    names = ("finetune", "sve", "sve-bf16", "finetune-bf16", "director")
+    names = ("finetune", "sve", "sve-bf16", "finetune-bf16", "finetune-ema", "director")
     assert run.stdout.strip().splitlines() == [
         *(str(two / n) for n in names),
         str(root / "ddp" / "director"),
     ]
     start = load_file(str(model / "model.safetensors"))
     for args, name, tolerance in zip(
-        _commands(model, sentiment_csv["train"], one)[:4],
-        ("finetune", "sve", "sve-bf16", "finetune-bf16"),
+        _commands(model, sentiment_csv["train"], one)[:5],
+        ("finetune", "sve", "sve-bf16", "finetune-bf16", "finetune-ema"),
         # bfloat16 rounds the two runs' sums differently (finetune-bf16: mixed precision,
         # float32 master weights saved in bfloat16, whose spacing near 1 is 8e-3; at most
         # one unit of it apart, checked below)
-        (1e-5, 1e-5, 5e-3, 1e-2),
+        (1e-5, 1e-5, 5e-3, 1e-2, 1e-5),
         strict=True,
     ):
         assert cli(*args).code == 0
@@ -136,7 +157,12 @@ def test_fsdp_on_two_processes_trains_what_one_process_trains(
     # the student (a DiT block and heads) is one unit; the frozen teacher is not sharded
     assert open_artifact(two / "director").manifest.summary["fsdp_blocks"] == 0
     assert not (two / "refused").exists()
-    assert "--ema is not supported with FSDP (--fsdp) yet" in run.stderr
+    # the average is what was saved: not the last weights (the plain finetune's)
+    averaged = load_file(str(two / "finetune-ema" / "model.safetensors"))
+    assert max(float((averaged[k] - tuned[k]).abs().max()) for k in tuned) > 1e-4
+    assert "--checkpoint-every and --resume are not supported with FSDP (--fsdp) yet" in (
+        run.stderr
+    )
 
 
 def test_fsdp_is_requested_by_the_flag_or_an_accelerate_fsdp_launch(

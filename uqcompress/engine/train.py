@@ -648,16 +648,12 @@ def train(
 
 def _refuse_with_fsdp(cfg: TrainConfig) -> None:
     """What FSDP training does not do yet: resumable checkpoints (their state would be one
-    process's shard) and --ema (its average would be too)."""
+    process's shard). --ema works: its average is sharded as the parameters are (every
+    update is elementwise on each process's shard) and goes into them before the gather."""
     if cfg.checkpoint_every is not None or cfg.resume:
         raise ConfigError(
             "--checkpoint-every and --resume are not supported with FSDP (--fsdp) yet",
             hint="drop them, or train data-parallel without --fsdp",
-        )
-    if cfg.ema is not None:
-        raise ConfigError(
-            "--ema is not supported with FSDP (--fsdp) yet",
-            hint="drop --ema, or train data-parallel without --fsdp",
         )
 
 
