@@ -406,3 +406,37 @@ def test_the_export_frees_weights_that_other_objects_still_reference() -> None:
     _free_weights(model)
     assert all(t.numel() == 0 for t in held)
     assert all(t.dtype == torch.float32 for t in held)
+
+
+def test_torch_weights_are_freed_before_onnx_runtime_opens_the_graph(
+    cli: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+    tiny_bert_artifact: Path,
+    tmp_path: Path,
+) -> None:
+    """The parity check runs torch first, then empties the model's parameters, and only then
+    does ONNX Runtime load the graph: the two copies of the weights never coexist."""
+    from uqcompress.export import onnx as export_onnx
+    from uqcompress.models import loading
+
+    loaded_models: list[Any] = []
+    seen: dict[str, Any] = {}
+    load, check = loading.load_model, export_onnx.check_parity
+
+    def recording_load(*args: Any, **kwargs: Any) -> Any:
+        loaded_models.append(load(*args, **kwargs))
+        return loaded_models[-1]
+
+    def inspecting_check(reference: Any, predictor: Any, atol: float) -> Any:
+        model = loaded_models[-1].model
+        seen["weights_left"] = sum(p.numel() for p in model.parameters())
+        seen["session_open"] = predictor._session is not None
+        return check(reference, predictor, atol)
+
+    monkeypatch.setattr(loading, "load_model", recording_load)
+    monkeypatch.setattr(export_onnx, "check_parity", inspecting_check)
+    result = cli("export", str(tiny_bert_artifact), "--out", str(tmp_path / "onnx"))
+    assert result.code == 0, result.err
+    assert seen == {"weights_left": 0, "session_open": False}
+    report = json.loads((tmp_path / "onnx" / "parity.json").read_text())
+    assert report["passed"] is True and report["examples"] > 0

@@ -139,8 +139,20 @@ def test_reading_a_skeleton_holds_no_copy_of_the_weights(tmp_path: Path) -> None
 
 @pytest.mark.parametrize(
     "content",
-    [b"not a protobuf at all", b"\x3a\xff\xff\xff\x0f", b"\x0b\x00"],
-    ids=["text", "length past the end", "group wire type"],
+    [
+        b"not a protobuf at all",
+        b"\x3a\xff\xff\xff\x0f",
+        b"\x3a\xff\xff\xff\xff\xff\xff\xff\xff\x0f",
+        b"\x62\xff\xff\xff\xff\xff\xff\xff\xff\x0f",
+        b"\x0b\x00",
+    ],
+    ids=[
+        "text",
+        "length past the end",
+        "a graph of 2**63 bytes",
+        "a string of 2**63 bytes (not allocated)",
+        "group wire type",
+    ],
 )
 def test_a_file_that_is_not_onnx_is_an_error(tmp_path: Path, content: bytes) -> None:
     path = tmp_path / "model.onnx"

@@ -281,6 +281,8 @@ def _skeleton(handle: BinaryIO, start: int, end: int, descend: Any) -> list[byte
         elif wire_type == _LENGTH_DELIMITED:
             length = _read_stream_varint(handle)
             payload = handle.tell()
+            if payload + length > end:  # before reading: a forged length is not allocated
+                raise ValueError("protobuf field runs past its message")
             action = descend(field)
             if action == "skip":
                 handle.seek(payload + length)
@@ -296,6 +298,6 @@ def _skeleton(handle: BinaryIO, start: int, end: int, descend: Any) -> list[byte
         else:
             raise ValueError(f"unsupported protobuf wire type {wire_type}")
         pos = handle.tell()
-        if pos > end:
+        if pos > end:  # a varint or fixed-size field across the message's end
             raise ValueError("protobuf field runs past its message")
     return out

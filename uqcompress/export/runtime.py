@@ -393,8 +393,6 @@ class Predictor:
         if open_session:
             meta = self.session.get_modelmeta().custom_metadata_map
         else:
-            from uqcompress.export.onnx_file import read_skeleton
-
             meta = {p.key: p.value for p in read_skeleton(onnx_path).metadata_props}
         if meta.get(contract.META_FORMAT) != contract.FORMAT_VERSION:
             raise ArtifactError(

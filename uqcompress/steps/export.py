@@ -284,9 +284,9 @@ def _write_tokenizer(loaded: Any, length: int | None, directory: Path) -> None:
 
 def _free_weights(model: Any) -> None:
     """Free the memory of a module's parameters and buffers in place. The exporter's
-    internals keep references to the parameter objects after the export (onnxscript's
-    rewrite rules hold the last graph they matched), so dropping our references, or moving
-    the module to the meta device (which makes new parameters), left every weight alive."""
+    internals keep references to the parameter objects after the export (besides the graph
+    `export_graph` empties), so dropping our references, or moving the module to the meta
+    device (which makes new parameters), left every weight alive."""
     import torch
 
     with torch.no_grad():
