@@ -4,6 +4,7 @@ of the weights."""
 
 from __future__ import annotations
 
+import io
 import tracemalloc
 from pathlib import Path
 from typing import Any
@@ -164,4 +165,6 @@ def test_a_file_that_is_not_onnx_is_an_error(tmp_path: Path, content: bytes) -> 
 def test_varints_round_trip() -> None:
     for value in (0, 1, 127, 128, 300, 2**31, 2**63 - 1):
         encoded = onnx_file._varint(value)
-        assert onnx_file._read_varint(encoded, 0) == (value, len(encoded))
+        stream = io.BytesIO(encoded)
+        assert onnx_file._read_stream_varint(stream) == value
+        assert stream.tell() == len(encoded)

@@ -61,40 +61,27 @@ def _tag(field: int, wire_type: int) -> bytes:
     return _varint(field << 3 | wire_type)
 
 
-def _read_varint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos
-        shift += 7
-
-
 def _fields(data: bytes) -> Iterator[tuple[int, int, int, int]]:
     """(field number, start, payload start, end) of each top-level field of a serialized
     message; for a length-delimited field the payload is `data[payload start:end]`."""
-    pos = 0
-    while pos < len(data):
-        start = pos
-        key, pos = _read_varint(data, pos)
+    stream = io.BytesIO(data)
+    while (start := stream.tell()) < len(data):
+        key = _read_stream_varint(stream)
         field, wire_type = key >> 3, key & 7
         if wire_type == 0:
-            _, pos = _read_varint(data, pos)
-            yield field, start, pos, pos
-        elif wire_type == 1:
-            yield field, start, pos, pos + 8
-            pos += 8
+            _read_stream_varint(stream)
+            payload = end = stream.tell()
+        elif wire_type in (1, 5):
+            payload = stream.tell()
+            end = payload + (8 if wire_type == 1 else 4)
         elif wire_type == _LENGTH_DELIMITED:
-            length, pos = _read_varint(data, pos)
-            yield field, start, pos, pos + length
-            pos += length
-        elif wire_type == 5:
-            yield field, start, pos, pos + 4
-            pos += 4
+            length = _read_stream_varint(stream)
+            payload = stream.tell()
+            end = payload + length
         else:  # groups (3, 4): deprecated, and not in onnx.proto
             raise ValueError(f"unsupported protobuf wire type {wire_type}")
+        yield field, start, payload, end
+        stream.seek(end)
 
 
 # --------------------------------------------------------------------------- writing

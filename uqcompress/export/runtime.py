@@ -65,26 +65,38 @@ def _first_line(exc: BaseException) -> str:
     return lines[0] if lines else type(exc).__name__
 
 
-def check_onnx_paths(onnx_path: Path) -> None:
-    """Refuse an ONNX file whose external-data locations or the tokenizer path in its
-    metadata leave its folder, directly or through a symlink: `uqc verify` and the Predictor
-    both run this, before ONNX Runtime opens the file.
-
-    ONNX Runtime checks external data itself in recent versions, but with a traceback; older
-    ones do not check at all. Reads the graph's structure only, never a tensor's data.
-    """
+def read_structure(onnx_path: Path) -> Any | None:
+    """The file's graph and metadata without any tensor's data (`read_skeleton`); None
+    without the onnx package (a deployment without it: ONNX Runtime's own checks remain).
+    ArtifactError for a file that is not a readable ONNX model."""
     try:
-        import onnx
         from google.protobuf.message import DecodeError
-    except ImportError:  # a deployment without the onnx package: ORT's own check remains
-        return
+    except ImportError:
+        return None
     try:
-        model = read_skeleton(onnx_path)
+        return read_skeleton(onnx_path)
     except (DecodeError, ValueError, OSError) as exc:
         raise ArtifactError(
             f"{onnx_path} is not a readable ONNX model ({_first_line(exc)})",
             hint="pass a model written by uqc export --format onnx",
         ) from exc
+
+
+def check_onnx_paths(onnx_path: Path, model: Any = None) -> None:
+    """Refuse an ONNX file whose external-data locations or the tokenizer path in its
+    metadata leave its folder, directly or through a symlink: `uqc verify` and the Predictor
+    both run this, before ONNX Runtime opens the file. `model`: the file's structure
+    (`read_structure`) where the caller has read it already.
+
+    ONNX Runtime checks external data itself in recent versions, but with a traceback; older
+    ones do not check at all. Reads the graph's structure only, never a tensor's data.
+    """
+    if model is None:
+        model = read_structure(onnx_path)
+    if model is None:
+        return
+    import onnx
+
     graphs, tensors = [model.graph], []
     while graphs:  # the main graph and every subgraph (If/Loop bodies), without recursion
         graph = graphs.pop()
@@ -283,19 +295,12 @@ class _Metadata:
 _POSITION_TABLES = ("position_embeddings.weight", "embed_positions.weight")
 
 
-def graph_tables(onnx_path: Path) -> tuple[int | None, int | None]:
+def graph_tables(model: Any) -> tuple[int | None, int | None]:
     """Rows of a text graph's token embedding (the initializer that `input_ids` index) and
-    of its learned position table, if it has one (rotary decoders have none); (None, None)
-    without the onnx package (a torch-free deployment: ONNX Runtime's own checks remain).
-    Reads the graph's structure only, never a tensor's data."""
-    try:
-        from google.protobuf.message import DecodeError
-    except ImportError:
+    of its learned position table, if it has one (rotary decoders have none), from the
+    file's structure (`read_structure`); (None, None) without it (no onnx package)."""
+    if model is None:
         return None, None
-    try:
-        model = read_skeleton(onnx_path)
-    except (DecodeError, ValueError, OSError):
-        return None, None  # ONNX Runtime loaded it; nothing more to learn here
     rows = {t.name: int(t.dims[0]) for t in model.graph.initializer if len(t.dims) == 2}
     vocabulary = next(
         (
@@ -382,7 +387,8 @@ class Predictor:
         # An ONNX file may come from anywhere: its external-data locations are checked before
         # ONNX Runtime opens them, and every metadata value and the graph's inputs and outputs
         # are checked against the contract before use, so a file uqc did not make is one line.
-        check_onnx_paths(onnx_path)
+        structure = read_structure(onnx_path)  # read once: the paths, tables, metadata
+        check_onnx_paths(onnx_path, structure)
         options = ort.SessionOptions()
         options.log_severity_level = 3  # errors only: ORT's warnings would bury our one line
         if threads is not None:
@@ -390,10 +396,10 @@ class Predictor:
         self._open_args = (ort, onnx_path, options, _providers(device))
         self._session: Any = None
         self._spec: _Metadata | None = None  # set once read; a late session is checked by it
-        if open_session:
+        if open_session or structure is None:
             meta = self.session.get_modelmeta().custom_metadata_map
         else:
-            meta = {p.key: p.value for p in read_skeleton(onnx_path).metadata_props}
+            meta = {p.key: p.value for p in structure.metadata_props}
         if meta.get(contract.META_FORMAT) != contract.FORMAT_VERSION:
             raise ArtifactError(
                 f"{onnx_path} was not written by uqc export (no uqc metadata of format "
@@ -417,7 +423,7 @@ class Predictor:
         self._tokenizer: Any = None
         self._special_ids: frozenset[int] = frozenset()
         if self.input_kind == "text":
-            spec.check_text_tables(*graph_tables(onnx_path))
+            spec.check_text_tables(*graph_tables(structure))
             tokenizer_path = safe_join(
                 onnx_path.parent,
                 self.preprocessing["tokenizer"],
