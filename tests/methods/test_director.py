@@ -212,3 +212,38 @@ def test_a_saved_student_loads_with_the_same_trainable_parts(tmp_path: Any) -> N
     batch = _batch(teacher)
     with torch.no_grad():
         assert torch.equal(student(**batch).member_logits, loaded(**batch).member_logits)
+
+
+@pytest.mark.parametrize("pad_left", [False, True])
+def test_a_split_batch_draws_the_noise_one_process_draws_for_each_token(
+    monkeypatch: pytest.MonkeyPatch, pad_left: bool
+) -> None:
+    """Two processes holding rows 0-1 (padded to 3 tokens) and 2-4 (to 5) of a batch get, at
+    every token, the draw one process gets for the whole batch padded to 5 tokens."""
+    from uqcompress.methods import director
+    from uqcompress.runtime import distributed
+
+    shapes = [(2, 3), (3, 5)]
+    monkeypatch.setattr(distributed, "world_size", lambda: 2)
+    monkeypatch.setattr(distributed, "all_gather_objects", lambda value: shapes)
+    whole = torch.randn(4, 5, 5, 6, generator=torch.Generator().manual_seed(7))
+    split = director.BatchSplit(pad_left=pad_left)
+    for index, (rows, width) in enumerate(shapes):
+        monkeypatch.setattr(distributed, "rank", lambda index=index: index)
+        x0 = torch.zeros(rows, width, 6)
+        got = director._rollout_noise(4, x0, torch.Generator().manual_seed(7), split)
+        first = sum(r for r, _ in shapes[:index])
+        expected = whole[:, first : first + rows]
+        expected = expected[:, :, 5 - width :] if pad_left else expected[:, :, :width]
+        assert got.shape == (4, rows, width, 6)
+        assert torch.equal(got, expected)
+    # no split (validation runs whole batches on every process), or one process: the
+    # process's own batch, as one process has always drawn it
+    x0 = torch.zeros(5, 5, 6)
+    assert torch.equal(
+        director._rollout_noise(4, x0, torch.Generator().manual_seed(7), None), whole
+    )
+    monkeypatch.setattr(distributed, "world_size", lambda: 1)
+    assert torch.equal(
+        director._rollout_noise(4, x0, torch.Generator().manual_seed(7), split), whole
+    )

@@ -156,15 +156,57 @@ def distillation_loss(
     return values.mean(), values.detach()
 
 
+@dataclass(frozen=True)
+class BatchSplit:
+    """A training batch cut across processes (the loop's `split_batches`): each process
+    holds a contiguous run of the global batch's rows, in rank order, padded to its own
+    longest example on the side the tokenizer pads."""
+
+    pad_left: bool
+
+
 def sampled_ce(
-    model: DirectorModel, inputs: dict[str, Any], labels: torch.Tensor, generator_seed: int
+    model: DirectorModel,
+    inputs: dict[str, Any],
+    labels: torch.Tensor,
+    generator_seed: int,
+    split: BatchSplit | None = None,
 ) -> torch.Tensor:
-    """L2: cross-entropy of one sampled roll-out from x_0 (reparameterised)."""
+    """L2: cross-entropy of one sampled roll-out from x_0 (reparameterised).
+
+    With `split` (a training batch under several processes) every process draws the noise
+    of the whole global batch and keeps its own rows and token positions, so each example
+    gets the draw it gets in one process and N processes train what one does.
+    """
     x0, mask = model.start_state(inputs)
     generator = torch.Generator(device=x0.device).manual_seed(generator_seed)
-    noise = torch.randn(model.steps, *x0.shape, generator=generator, device=x0.device).to(x0.dtype)
+    noise = _rollout_noise(model.steps, x0, generator, split).to(x0.dtype)
     logits = model.head(model.rollout(x0, mask, noise), inputs.get("attention_mask"))
     return F.cross_entropy(logits, labels)
+
+
+def _rollout_noise(
+    steps: int, x0: torch.Tensor, generator: torch.Generator, split: BatchSplit | None
+) -> torch.Tensor:
+    """The roll-out's draws for this process's rows. Shape: x0 `[B, T, d]` -> `[K, B, T, d]`.
+
+    Split: the global batch is the processes' rows stacked in rank order and padded to the
+    longest of them, as one process would collate it; this process's rows are its slice,
+    and its T positions the global batch's first T (right padding) or last T (left).
+    """
+    from uqcompress.runtime.distributed import all_gather_objects, rank, world_size
+
+    rows, width = int(x0.shape[0]), int(x0.shape[1])
+    if split is None or world_size() == 1:
+        return torch.randn(steps, *x0.shape, generator=generator, device=x0.device)
+    shapes = all_gather_objects((rows, width))
+    first = sum(r for r, _ in shapes[: rank()])
+    total_rows, total_width = sum(r for r, _ in shapes), max(w for _, w in shapes)
+    draws = torch.randn(
+        steps, total_rows, total_width, x0.shape[2], generator=generator, device=x0.device
+    )
+    start = total_width - width if split.pad_left else 0
+    return draws[:, first : first + rows, start : start + width]
 
 
 @contextmanager

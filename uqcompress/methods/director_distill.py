@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from uqcompress.methods.director import (
+    BatchSplit,
     LossWeights,
     build_student,
     distillation_loss,
@@ -50,11 +51,15 @@ class Distiller(nn.Module):
         family: str,
         weights: LossWeights,
         seed: int,
+        pad_left: bool = False,
     ) -> None:
         super().__init__()
         self.student = student
         self.frozen = (teacher,)  # a tuple, so nn.Module does not register the teacher
         self.family, self.weights, self.seed = family, weights, seed
+        # training batches are cut across processes (the loop's split_batches); validation
+        # runs whole batches on every process
+        self.split = BatchSplit(pad_left=pad_left)
         self.batches = 0  # seeds each batch's sampled roll-out
         self.val_batches = 0  # seeds the validation roll-outs (eval mode)
         self.step_losses: list[torch.Tensor] = []  # per batch, L1 per step `[K]`
@@ -78,7 +83,7 @@ class Distiller(nn.Module):
         self.step_losses.append(per_step.detach().cpu())
         self.batches += 1
         seed = self.seed * 1_000_003 + self.batches
-        return l1 + self.weights.ce * sampled_ce(self.student, inputs, labels, seed)
+        return l1 + self.weights.ce * sampled_ce(self.student, inputs, labels, seed, self.split)
 
     def get_extra_state(self) -> dict[str, Any]:
         """The batch counter (it seeds the roll-outs) and this epoch's per-step losses: a
@@ -164,7 +169,7 @@ def distill(
             f"the {family} teacher's layers are deterministic (no variance to match): --loss kl "
             "is the Gaussian NLL of the teacher's states under the student"
         )
-    distiller = Distiller(student, frozen_teacher, family, weights, seed)
+    distiller = Distiller(student, frozen_teacher, family, weights, seed, encoded.pad_left)
 
     def loss_fn(model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
         loss: torch.Tensor = model(batch)
