@@ -168,3 +168,27 @@ def test_varints_round_trip() -> None:
         stream = io.BytesIO(encoded)
         assert onnx_file._read_stream_varint(stream) == value
         assert stream.tell() == len(encoded)
+
+
+@pytest.mark.parametrize(("free", "errno_expected"), [(0, 28), (1 << 40, None)])
+def test_a_short_write_on_a_full_disk_is_enospc(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, free: int, errno_expected: int | None
+) -> None:
+    """numpy's tofile reports a short write without an errno: with the disk full it becomes
+    ENOSPC (which the CLI turns into one line); with space left it stays as it was."""
+    import shutil
+    from collections import namedtuple
+
+    from torch.onnx._internal.exporter._core import TorchTensor
+
+    model = _exported()
+
+    def short_write(self: Any, file: Any) -> None:
+        raise OSError("Not enough free space to write 480000 bytes after offset 0")
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(TorchTensor, "tofile", short_write)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(1 << 41, 0, free))
+    with pytest.raises(OSError, match=r"No space left|Not enough free space") as raised:
+        write_model(model, tmp_path / "full.onnx")
+    assert raised.value.errno == errno_expected

@@ -151,7 +151,10 @@ def write_model(model: Any, path: Path) -> None:
         for piece in pieces:
             if isinstance(piece, _Streamed):
                 start = handle.tell()
-                piece.tensor.tofile(handle)
+                try:
+                    piece.tensor.tofile(handle)
+                except OSError as exc:
+                    raise _with_errno(exc, path, piece.size) from exc
                 if handle.tell() - start != piece.size:  # a tensor type we did not foresee
                     raise RuntimeError(
                         f"initializer {piece.tensor.name!r} wrote {handle.tell() - start} "
@@ -159,6 +162,17 @@ def write_model(model: Any, path: Path) -> None:
                     )
             else:
                 handle.write(piece)
+
+
+def _with_errno(exc: OSError, path: Path, size: int) -> OSError:
+    """numpy's `tofile` reports a short write ("Not enough free space to write ...") without
+    an errno; a full disk gets ENOSPC, so the CLI says it in one line as for any writer."""
+    import errno
+    import shutil
+
+    if exc.errno is None and shutil.disk_usage(path.parent).free < size:
+        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+    return exc
 
 
 def _model_pieces(model: bytes, streamed: dict[str, Any]) -> list[_Piece]:

@@ -344,10 +344,7 @@ def _load(source: ModelSource, dtype: str = "float32") -> LoadedModel:
     try:
         # float32 unless --dtype says otherwise, whatever the checkpoint holds: transformers 5
         # would keep the stored dtype by default, and half precision is a choice to make.
-        loaded_with_info: Any = family.classifier_class().from_pretrained(
-            str(path), output_loading_info=True, dtype=torch_dtype(resolved)
-        )
-        model, info = loaded_with_info
+        model, info = _from_pretrained(family, path, stored, resolved)
     except Exception as exc:  # damaged weights, shapes that contradict config.json, ...
         raise ArtifactError(
             f"cannot load the model in {path}: {first_line(exc)[:300]}",
@@ -370,6 +367,41 @@ def _load(source: ModelSource, dtype: str = "float32") -> LoadedModel:
     head = family.classifier_name(model)
     loaded.new_head_keys = sorted(k for k in info.get("missing_keys", []) if k.startswith(head))
     return _finish(loaded, path)
+
+
+def _from_pretrained(family: Family, path: Path, stored: str, resolved: str) -> tuple[Any, Any]:
+    """The transformers model in `path` as `resolved`, and transformers' loading info.
+
+    A checkpoint stored in another floating-point dtype is loaded as stored (its tensors are
+    views into the mapped file) and cast one tensor at a time (`lean_load.cast_in_place`):
+    transformers' own cast keeps every page of the file resident beside the cast weights
+    until it returns (1.5x the float32 weights for a bfloat16 checkpoint). A checkpoint
+    without some weights (a new classifier head) is loaded by transformers' cast instead,
+    so the new weights are initialised in `resolved` as before.
+    """
+    from uqcompress.models.lean_load import cast_in_place
+
+    cls = family.classifier_class()
+    load = cls.from_pretrained
+    # (a class that keeps some modules in float32 would lose that in the one-tensor cast)
+    keeps_float32 = getattr(cls, "_keep_in_fp32_modules", None) or getattr(
+        cls, "_keep_in_fp32_modules_strict", None
+    )
+    if stored and stored != resolved and not keeps_float32:
+        import torch
+
+        # the random number generators as transformers' cast would leave them: a fallback
+        # initialises the new weights from the same state
+        with torch.random.fork_rng(devices=[]):
+            first: Any = load(str(path), output_loading_info=True, dtype=torch_dtype(stored))
+        model, info = first
+        if not info.get("missing_keys"):
+            cast_in_place(model, torch_dtype(resolved))
+            model.config.dtype = torch_dtype(resolved)
+            return model, info
+        del model
+    loaded: Any = load(str(path), output_loading_info=True, dtype=torch_dtype(resolved))
+    return loaded[0], loaded[1]
 
 
 def _finish(loaded: LoadedModel, path: Path) -> LoadedModel:
@@ -522,7 +554,8 @@ def _load_into_skeleton(
     layout under the kind's key in the config; the weights are loaded strictly into that
     skeleton (plain transformers cannot: its shapes come from the config), as `dtype`."""
     import torch
-    from safetensors.torch import load_model as load_safetensors_model
+
+    from uqcompress.models.lean_load import load_streamed
 
     assert kind.skeleton is not None
     # transformers builds modules in the config's dtype: the one they are held in, which is
@@ -531,7 +564,7 @@ def _load_into_skeleton(
     try:
         with torch.random.fork_rng(devices=[]):  # loading must not move the global RNG
             model: Any = kind.skeleton(config, family)
-        load_safetensors_model(model, str(path / "model.safetensors"), strict=True)
+        load_streamed(model, path / "model.safetensors")  # one tensor at a time
     except Exception as exc:  # missing file, wrong shapes, damaged data or spec
         raise ArtifactError(
             f"cannot load the {kind.noun} in {path}: {first_line(exc)[:300]}",
@@ -549,7 +582,9 @@ def cast_loaded(loaded: LoadedModel, dtype: str) -> None:
     `save_model` writes and `--dtype auto` reads back)."""
     if loaded.dtype == dtype:
         return
-    loaded.model.to(torch_dtype(dtype))
+    from uqcompress.models.lean_load import cast_in_place
+
+    cast_in_place(loaded.model, torch_dtype(dtype))  # a mapped checkpoint's pages freed
     loaded.model.config.dtype = torch_dtype(dtype)
     loaded.dtype = dtype
 
