@@ -1,7 +1,7 @@
 """FSDP training (engine/sharding.py): `--fsdp` under `torchrun --nproc_per_node 2` on CPU
-(gloo) trains the same weights as one process, for finetune and svd-ensemble (its float32
-singular values in a bfloat16 base included); only rank 0 writes; what FSDP does not do yet is
-refused in one line."""
+(gloo) trains the same weights as one process, for finetune, svd-ensemble (its float32
+singular values in a bfloat16 base included) and distill-director; only rank 0 writes; a
+run interrupted after a checkpoint resumes to the weights of one never interrupted."""
 
 from __future__ import annotations
 
@@ -55,16 +55,18 @@ def _commands(model: Path, data: Path, root: Path) -> list[list[str]]:
             "--out",
             str(root / "finetune-ema"),
         ],
-        [
-            "finetune",
-            str(model),
-            *common,
-            "--checkpoint-every",
-            "1",
-            "--out",
-            str(root / "refused"),
-        ],
     ]
+
+
+def _resumed(model: Path, data: Path, out: Path) -> list[dict[str, Any]]:
+    """finetune --ema under FSDP with checkpoints every 3 steps, interrupted on both
+    processes at batch 17 (in epoch 2, after step 15's checkpoint), then resumed."""
+    args = [
+        "finetune", str(model), "--data", str(data), "--epochs", "2", "--batch-size", "8",
+        "--device", "cpu", "--lr", "2e-3", "--ema", "0.9", "--checkpoint-every", "3",
+        "--fsdp", "--out", str(out),
+    ]  # fmt: skip
+    return [{"args": args, "stop_at_batch": 17}, {"args": [*args, "--resume"]}]
 
 
 def _director(model: Path, data: Path, out: Path) -> list[str]:
@@ -90,6 +92,7 @@ def sharded_runs(
     commands += [
         [*_director(model, data, root / "two" / "director"), "--fsdp"],
         _director(model, data, root / "ddp" / "director"),
+        *_resumed(model, data, root / "two" / "resumed"),
     ]
     return root, model, _launch(root, commands)
 
@@ -102,15 +105,15 @@ def test_fsdp_on_two_processes_trains_what_one_process_trains(
 ) -> None:
     root, model, run = sharded_runs
     assert run.returncode == 0, run.stderr[-3000:]
-    for rank in (0, 1):  # five trainings, the refusal on both processes, two DIRECTORs
-        assert f"exit codes of rank {rank}: [0, 0, 0, 0, 0, 1, 0, 0]" in run.stderr, run.stderr[
-            -3000:
-        ]
+    for rank in (0, 1):  # five trainings, two DIRECTORs, an interrupted run (130), its resume
+        codes = "[0, 0, 0, 0, 0, 0, 0, 130, 0]"
+        assert f"exit codes of rank {rank}: {codes}" in run.stderr, run.stderr[-3000:]
     two, one = root / "two", tmp_path / "one"
     names = ("finetune", "sve", "sve-bf16", "finetune-bf16", "finetune-ema", "director")
     assert run.stdout.strip().splitlines() == [
         *(str(two / n) for n in names),
         str(root / "ddp" / "director"),
+        str(two / "resumed"),
     ]
     start = load_file(str(model / "model.safetensors"))
     for args, name, tolerance in zip(
@@ -160,13 +163,19 @@ def test_fsdp_on_two_processes_trains_what_one_process_trains(
         assert max(float((trained[k] - single[k]).abs().max()) for k in single) < 1e-5, other
     # the student (a DiT block and heads) is one unit; the frozen teacher is not sharded
     assert open_artifact(two / "director").manifest.summary["fsdp_blocks"] == 0
-    assert not (two / "refused").exists()
     # the average is what was saved: not the last weights (the plain finetune's)
     averaged = load_file(str(two / "finetune-ema" / "model.safetensors"))
     assert max(float((averaged[k] - tuned[k]).abs().max()) for k in tuned) > 1e-4
-    assert "--checkpoint-every and --resume are not supported with FSDP (--fsdp) yet" in (
-        run.stderr
-    )
+    # interrupted after step 15's checkpoint (the shards gathered into one file), resumed
+    # from it (laid out in shards again): the weights and the average of the run that was
+    # never interrupted
+    assert "resuming from step 15 (epoch 2" in run.stderr
+    resumed = load_file(str(two / "resumed" / "model.safetensors"))
+    assert set(resumed) == set(averaged)
+    assert max(float((resumed[k] - averaged[k]).abs().max()) for k in averaged) < 1e-6
+    from uqcompress.steps.common import checkpoint_folder
+
+    assert not checkpoint_folder(two / "resumed").exists()  # removed when the run completed
 
 
 def test_fsdp_is_requested_by_the_flag_or_an_accelerate_fsdp_launch(

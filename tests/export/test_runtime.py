@@ -15,6 +15,7 @@ import pytest
 import torch
 from onnx import TensorProto, helper
 
+from tests.process_memory import status
 from uqcompress.data import load_data
 from uqcompress.errors import ArtifactError
 from uqcompress.export.runtime import Predictor
@@ -344,11 +345,6 @@ def test_a_deferred_session_opens_on_the_first_run_and_is_checked_then(
     assert "the graph takes 8x8 images" in caught.value.message
 
 
-def _vm_rss() -> int:
-    with open("/proc/self/status") as handle:
-        return next(int(line.split()[1]) * 1024 for line in handle if line.startswith("VmRSS:"))
-
-
 def test_a_session_opens_holding_its_weights_once(tmp_path: Path) -> None:
     """ONNX Runtime pre-packs each MatMul weight and frees the initializer it came from;
     under glibc's moving allocation threshold those freed blocks stayed in the heap (a
@@ -380,10 +376,10 @@ def test_a_session_opens_holding_its_weights_once(tmp_path: Path) -> None:
     del model, graph, weights
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
-    before = _vm_rss()
+    before = status("VmRSS")
     with _freed_memory_returned():
         session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    held = _vm_rss() - before
+    held = status("VmRSS") - before
     assert held < 1.2 * size, held / size
     out = session.run(None, {"x": np.ones((1, 896), np.float32)})[0]
     assert out.shape == (1, 896)

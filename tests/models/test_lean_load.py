@@ -12,26 +12,12 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from tests.process_memory import reset_peak, status
 from uqcompress.models.factory import create_model
 from uqcompress.models.lean_load import cast_in_place, load_streamed, release_pages
 from uqcompress.models.loading import cast_loaded, load_model, resolve_model_source, save_model
 
 FAMILIES = ["bert", "llama", "qwen2", "vit"]
-
-
-def _status(field: str) -> int:
-    """A /proc/self/status field in bytes (VmRSS, VmHWM, RssFile)."""
-    with open("/proc/self/status") as handle:
-        for line in handle:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError(f"no {field} in /proc/self/status")
-
-
-def _reset_peak() -> None:
-    """VmHWM back to the current RSS (Linux: /proc/self/clear_refs)."""
-    with open("/proc/self/clear_refs", "w") as handle:
-        handle.write("5")
 
 
 def _saved(family: str, dtype: str, directory: Path, **config: Any) -> Path:
@@ -48,10 +34,10 @@ def test_a_bfloat16_checkpoint_loads_as_float32_with_one_copy_in_memory(tmp_path
         "llama", "bfloat16", tmp_path / "m", hidden_size=512, intermediate_size=2048,
         num_hidden_layers=6, num_attention_heads=8, num_key_value_heads=8,
     )  # fmt: skip
-    _reset_peak()
-    start = _status("VmRSS")
+    reset_peak()
+    start = status("VmRSS")
     loaded = load_model(resolve_model_source(directory), dtype="float32")
-    rise = _status("VmHWM") - start
+    rise = status("VmHWM") - start
     weights = sum(p.numel() * p.element_size() for p in loaded.model.parameters())
     assert weights > 80 * 2**20  # large enough for the pages to show
     assert rise < 1.2 * weights, rise / weights
@@ -149,9 +135,9 @@ def test_release_pages_drops_a_mapped_tensors_pages_and_keeps_its_values(
         mapped = handle.get_tensor("layers.3.weight")
     expected = tensors["layers.3.weight"]
     assert torch.equal(mapped, expected)  # reads (maps in) all 8 MiB of its pages
-    resident = _status("RssFile")
+    resident = status("RssFile")
     release_pages(mapped)
-    assert resident - _status("RssFile") > 6 * 2**20  # most of its 8 MiB left the RSS
+    assert resident - status("RssFile") > 6 * 2**20  # most of its 8 MiB left the RSS
     assert torch.equal(mapped, expected)  # read again from the file when touched
 
 
@@ -162,10 +148,10 @@ def test_load_streamed_copies_one_tensor_at_a_time(tmp_path: Path, stored: torch
     more from a float32 file)."""
     path, tensors = _big(tmp_path, stored)
     model = _Layers()  # float32, built before the load (as a skeleton is)
-    _reset_peak()
-    start = _status("VmRSS")
+    reset_peak()
+    start = status("VmRSS")
     load_streamed(model, path)
-    rise = _status("VmHWM") - start
+    rise = status("VmHWM") - start
     for i, layer in enumerate(model.layers):
         assert torch.equal(layer.weight, tensors[f"layers.{i}.weight"].float())
     assert rise < 0.5 * 64 * 2**20, rise / 2**20  # the weights were allocated before

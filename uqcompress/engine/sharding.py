@@ -10,7 +10,8 @@ GPUs only; this one works on CPUs too (gloo), which is how it is tested.
 
 Sharding changes the model in place (its parameters become DTensors), so after training the
 full weights are gathered and the model is rebuilt as a plain module (`unsharded`) before a
-step saves it.
+step saves it. A resumable checkpoint holds whole tensors too (`full_tensors`), so it is the
+file one process writes; resuming lays each one out as its shard again (`shard_like`).
 """
 
 from __future__ import annotations
@@ -88,3 +89,32 @@ def unsharded(loaded: LoadedModel, model: nn.Module, prefix: str = "") -> nn.Mod
     plain.eval()
     result: nn.Module = plain
     return result
+
+
+def full_tensors(values: dict[Any, Any]) -> dict[Any, Any]:
+    """`values` with every sharded tensor (a DTensor) gathered whole onto the CPU; other
+    tensors copied to the CPU, anything else as it is. A collective for sharded values: call
+    on every process, with the same keys in the same order (a state dict's own order)."""
+    import torch
+    from torch.distributed.tensor import DTensor
+
+    def whole(value: Any) -> Any:
+        if isinstance(value, DTensor):
+            return value.full_tensor().detach().to("cpu", copy=True)
+        if isinstance(value, torch.Tensor):
+            return value.detach().to("cpu", copy=True)
+        return value
+
+    return {key: whole(value) for key, value in values.items()}
+
+
+def shard_like(full: Any, target: Any) -> Any:
+    """The whole tensor `full` laid out as `target` is: this process's shard of it when
+    `target` is sharded (a DTensor; every process holds `full`, so nothing is exchanged),
+    else `full` itself (also when `full` already is sharded)."""
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    if not isinstance(target, DTensor) or isinstance(full, DTensor):
+        return full
+    placed = full.to(device=target.device, dtype=target.dtype)
+    return distribute_tensor(placed, target.device_mesh, target.placements, src_data_rank=None)

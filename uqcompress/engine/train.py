@@ -474,7 +474,6 @@ def train(
     )
     result = TrainResult()
     if sharding.requested(cfg.fsdp):
-        _refuse_with_fsdp(cfg)
         # FSDP instead of accelerate's data-parallel wrapper; the optimizer is made after,
         # over the shards. Gradients are averaged over the processes as DDP's are.
         result.sharded_blocks = sharding.shard(model)
@@ -523,8 +522,9 @@ def train(
             generator=generator,
         )
         loop = _load_checkpoint(
-            checkpoint, unwrapped, optimizer, scheduler, result, average, run=run
-        )
+            checkpoint, unwrapped, optimizer, scheduler, result, average, run=run,
+            sharded=result.sharded,
+        )  # fmt: skip
         result.resumed_from_step = result.steps
         stderr.print(
             f"[dim]resuming from step {result.steps} (epoch {loop.epoch + 1}, "
@@ -592,8 +592,9 @@ def train(
                 ):
                     loop.seconds = earlier_seconds + time.perf_counter() - start
                     _save_checkpoint(
-                        checkpoint, unwrapped, optimizer, scheduler, result, loop, average
-                    )
+                        checkpoint, unwrapped, optimizer, scheduler, result, loop, average,
+                        sharded=result.sharded,
+                    )  # fmt: skip
             loop.position = 0
             result.loss_curve.append(loop.running / max(1, loop.seen))
             row: dict[str, Any] = {
@@ -633,8 +634,8 @@ def train(
                 break
             loop.epoch = epoch + 1
     accelerator.wait_for_everyone()
-    if loop.best_state is not None:
-        unwrapped.load_state_dict(loop.best_state)
+    if loop.best_state is not None:  # (whole tensors when it came from a checkpoint)
+        unwrapped.load_state_dict(_laid_out(loop.best_state, unwrapped))
     elif average is not None:
         average.copy_to_model()
     unwrapped.eval()
@@ -644,17 +645,6 @@ def train(
 
         shutil.rmtree(checkpoint.directory, ignore_errors=True)  # the run is complete
     return result
-
-
-def _refuse_with_fsdp(cfg: TrainConfig) -> None:
-    """What FSDP training does not do yet: resumable checkpoints (their state would be one
-    process's shard). --ema works: its average is sharded as the parameters are (every
-    update is elementwise on each process's shard) and goes into them before the gather."""
-    if cfg.checkpoint_every is not None or cfg.resume:
-        raise ConfigError(
-            "--checkpoint-every and --resume are not supported with FSDP (--fsdp) yet",
-            hint="drop them, or train data-parallel without --fsdp",
-        )
 
 
 def _check_starting_weights(model: nn.Module, source: str | None) -> None:
@@ -724,6 +714,41 @@ def _cpu_state(model: nn.Module) -> dict[str, Any]:
     }
 
 
+def _laid_out(state: dict[str, Any], like: nn.Module | dict[str, Any]) -> dict[str, Any]:
+    """A state of whole tensors (a checkpoint's) laid out as `like`'s own (a module's state
+    dict, or a name -> tensor map): each process's shard where `like` is sharded (FSDP),
+    else unchanged. Names `like` does not have stay as they are (load_state_dict names
+    them)."""
+    targets = like.state_dict() if not isinstance(like, dict) else like
+    return {
+        name: sharding.shard_like(value, targets[name]) if name in targets else value
+        for name, value in state.items()
+    }
+
+
+def _whole_optimizer_state(state: dict[str, Any]) -> dict[str, Any]:
+    """An optimizer state dict with each parameter's sharded moments gathered whole (a
+    collective: every process, parameters in index order)."""
+    per_param = {
+        index: sharding.full_tensors(entry) for index, entry in sorted(state["state"].items())
+    }
+    return {"state": per_param, "param_groups": state["param_groups"]}
+
+
+def _sharded_optimizer_state(state: dict[str, Any], optimizer: Any) -> dict[str, Any]:
+    """A checkpoint's optimizer state (whole tensors) with each moment laid out as its
+    parameter is sharded; scalars (`step`) as they are."""
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    per_param = {
+        index: {
+            key: sharding.shard_like(value, params[index]) if key != "step" else value
+            for key, value in entry.items()
+        }
+        for index, entry in state["state"].items()
+    }
+    return {"state": per_param, "param_groups": state["param_groups"]}
+
+
 def _rng_devices() -> list[int]:
     import torch
 
@@ -753,10 +778,14 @@ def _save_checkpoint(
     result: TrainResult,
     loop: _LoopState,
     average: WeightAverage | None = None,
+    *,
+    sharded: bool = False,
 ) -> None:
     """Write the checkpoint atomically (a temp file renamed over the last one): weights,
     optimizer, scheduler, the weight average (--ema), every RNG state, the data order and
-    position, curves so far."""
+    position, curves so far. Rank 0 writes it. Sharded (FSDP), every process calls this:
+    the shards are gathered into whole tensors first, so the file is the one a single
+    process writes (and resumes with any number of processes)."""
     import random
 
     import numpy as np
@@ -764,15 +793,24 @@ def _save_checkpoint(
 
     from uqcompress.runtime.distributed import is_main_process
 
+    if sharded:
+        model_state = sharding.full_tensors(model.state_dict())
+        optimizer_state = _whole_optimizer_state(optimizer.state_dict())
+        ema = sharding.full_tensors(average.state_dict()) if average is not None else None
+        best = sharding.full_tensors(loop.best_state) if loop.best_state is not None else None
+    else:
+        model_state, optimizer_state = _cpu_state(model), optimizer.state_dict()
+        ema = average.state_dict() if average is not None else None
+        best = loop.best_state
     if not is_main_process():
         return
     name, keys, position, has_gauss, cached = np.random.get_state(legacy=True)
     state = {
         "tag": checkpoint.tag,
-        "model": _cpu_state(model),
-        "optimizer": optimizer.state_dict(),
+        "model": model_state,
+        "optimizer": optimizer_state,
         "scheduler": scheduler.state_dict(),
-        "ema": average.state_dict() if average is not None else None,
+        "ema": ema,
         "rng_torch": torch.get_rng_state(),
         "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
         "rng_python": random.getstate(),
@@ -784,7 +822,7 @@ def _save_checkpoint(
             "running": loop.running,
             "seen": loop.seen,
             "best_value": loop.best_value,
-            "best_state": loop.best_state,
+            "best_state": best,
             "bad_epochs": loop.bad_epochs,
             "seconds": loop.seconds,
         },
@@ -811,6 +849,7 @@ def _load_checkpoint(
     average: WeightAverage | None = None,
     *,
     run: _RunShape | None = None,
+    sharded: bool = False,
 ) -> _LoopState:
     """Restore what `_save_checkpoint` wrote; the loop state to continue from. Every field is
     checked against the run it claims to continue (`check_checkpoint`) before anything is
@@ -843,11 +882,15 @@ def _load_checkpoint(
     if run is not None:
         check_checkpoint(state, checkpoint, model, optimizer, scheduler, average, run)
     try:  # what the checks above cannot foresee: torch's multi-line error as one line
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
+        model.load_state_dict(_laid_out(state["model"], model))
+        optimizer.load_state_dict(
+            _sharded_optimizer_state(state["optimizer"], optimizer)
+            if sharded
+            else state["optimizer"]
+        )
         scheduler.load_state_dict(state["scheduler"])
         if average is not None:
-            average.load_state_dict(state["ema"])
+            average.load_state_dict(_laid_out(state["ema"], average.shadow))
         torch.set_rng_state(state["rng_torch"])
         if state["rng_cuda"] and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["rng_cuda"])
