@@ -78,7 +78,7 @@ special tokens), the head from `family.layout`:
     FLOPs = 2 x (sum over layers + embeddings + heads)
 
 Single is M = 1 with all H heads (the formula of `prune_speed.py`), a deep ensemble M x single.
-ALGORITHMS.md section 1.5 item 3 estimates Hydra at about 2.3x single and 0.78x a deep
+The Hydra paper's notes estimate Hydra at about 2.3x single and 0.78x a deep
 ensemble for ViT-B with M = 3, counting per token and leaving out the T^2 terms, embeddings and
 classifiers; a note under the tables sets this run's numbers next to that estimate.
 
@@ -143,7 +143,7 @@ if TYPE_CHECKING:
 MEMBERS_FULL = (2, 3, 4)
 MEMBERS_QUICK = (2, 3)
 MEMORY_BATCH = max(BATCHES)
-NOTE_SHAPE, NOTE_MEMBERS = "ViT-B/16", 3  # the case ALGORITHMS.md 1.5 (3) estimates
+NOTE_SHAPE, NOTE_MEMBERS = "ViT-B/16", 3  # the case the paper's notes estimate
 NOTE_VS_SINGLE, NOTE_VS_ENSEMBLE = 2.3, 0.78
 SINGLE, ENSEMBLE, HYDRA = "single", "deep ensemble", "Hydra"
 PER_QUERY = "Hydra, K/V per query slot"  # GQA rows: the layout before grouped K/V
@@ -576,13 +576,13 @@ def ratio_table(rows: Sequence[CostRow], args: argparse.Namespace) -> Table:
 
 
 def estimate_note(rows: Sequence[CostRow]) -> str:
-    """This run's ViT-B M=3 Hydra numbers next to ALGORITHMS.md's FLOPs estimate."""
+    """This run's ViT-B M=3 Hydra numbers next to the paper notes' FLOPs estimate."""
     try:
         single = find(rows, NOTE_SHAPE, SINGLE, 1)
         ensemble = find(rows, NOTE_SHAPE, ENSEMBLE, NOTE_MEMBERS)
         hydra = find(rows, NOTE_SHAPE, HYDRA, NOTE_MEMBERS)
     except StopIteration:
-        return f"(No {NOTE_SHAPE} M={NOTE_MEMBERS} row to set against ALGORITHMS.md 1.5.)"
+        return f"(No {NOTE_SHAPE} M={NOTE_MEMBERS} row to set against the paper notes' estimate.)"
 
     def ratios(top: CostRow, bottom: CostRow) -> str:
         b = max(BATCHES)
@@ -593,7 +593,7 @@ def estimate_note(rows: Sequence[CostRow]) -> str:
         )
 
     return (
-        f"ALGORITHMS.md 1.5 (3) estimates {NOTE_SHAPE} Hydra M={NOTE_MEMBERS} at about "
+        f"The paper notes estimate {NOTE_SHAPE} Hydra M={NOTE_MEMBERS} at about "
         f"{NOTE_VS_SINGLE}x single and {NOTE_VS_ENSEMBLE}x a deep ensemble in FLOPs (per token, "
         f"T^2 terms left out). This run: vs single {ratios(hydra, single)}; vs deep ensemble "
         f"{ratios(hydra, ensemble)}."

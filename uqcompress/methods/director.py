@@ -1,4 +1,4 @@
-"""DIRECTOR distillation (ALGORITHMS.md section 4): a student (`models/director_model.py`)
+"""DIRECTOR distillation (docs/methods/director.md): a student (`models/director_model.py`)
 learns the teacher's block stack as a reverse diffusion process.
 
 Here: the teacher's states x_0 .. x_K recorded under teacher forcing (`Family.mlp_entry`'s

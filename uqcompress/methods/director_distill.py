@@ -1,4 +1,4 @@
-"""DIRECTOR distillation (ALGORITHMS.md section 4.3): train a student's transition (and, by
+"""DIRECTOR distillation (docs/methods/director.md): train a student's transition (and, by
 flag, the teacher's head it keeps) on a frozen teacher's states, with the shared training loop.
 
 The loss of a batch is L1 + lambda_ce L2: L1 the per-step distillation loss under teacher

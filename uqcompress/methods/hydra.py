@@ -2,7 +2,7 @@
 
 Each member's attention projections, LayerNorms, pooler and classifier are stacked along a
 member axis; the embeddings and MLPs, which pruning leaves identical and per-member
-fine-tuning moves apart, are averaged (ALGORITHMS.md 1.2 step 5). `shared_weight_members`
+fine-tuning moves apart, are averaged (docs/methods/hydra.md). `shared_weight_members`
 builds the reference that fusion must reproduce exactly: the members with those averages
 put back in.
 """

@@ -1,4 +1,4 @@
-"""Singular Value Ensembles (ALGORITHMS.md section 2): M members that share every weight's
+"""Singular Value Ensembles (docs/methods/sve.md): M members that share every weight's
 singular vectors and differ only in their singular values, biases and classifier heads.
 
 Each target linear W = U diag(s) V^T (thin SVD, computed once in float64) becomes an

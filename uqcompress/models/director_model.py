@@ -1,4 +1,4 @@
-"""The DIRECTOR student (ALGORITHMS.md section 4): the teacher's block stack as a reverse
+"""The DIRECTOR student (docs/methods/director.md): the teacher's block stack as a reverse
 diffusion process, replaced by one small time-conditioned transition block that samples.
 
 Re-partitioning: state x_l is the residual stream right after layer l's attention sublayer
@@ -41,7 +41,7 @@ from uqcompress.models.outputs import MemberOutput
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-STD_FLOOR = 1e-4  # ALGORITHMS.md 4.3 (1): softplus + floor keeps the std strictly positive
+STD_FLOOR = 1e-4  # docs/methods/director.md: softplus + floor keeps the std strictly positive
 # The inputs an example's noise is keyed on (uq/noise.py): what the exported graph takes.
 NOISE_KEYS = ("input_ids", "attention_mask", "token_type_ids", "pixel_values")
 # The student's children that are not its head.

@@ -1,4 +1,4 @@
-"""The Singular Value Ensemble model (ALGORITHMS.md section 2): M members that share every
+"""The Singular Value Ensemble model (docs/methods/sve.md): M members that share every
 weight's singular vectors and differ only in their singular values, biases and classifier heads.
 
 Each target linear becomes an `SVDLinear` holding U and V as frozen buffers, stored once, and

@@ -22,7 +22,7 @@ CHANGE_MAX_LOGIT_DIFF = 0.05  # largest |logit difference|, any example, member 
 CHANGE_MIN_AGREEMENT = 0.99  # share of examples whose ensemble prediction is unchanged
 CHANGE_MI_RELATIVE = 0.2  # |mean MI fused - mean MI members| / mean MI members ...
 CHANGE_MI_FLOOR = 1e-3  # ... beyond this absolute change (nats), so MI near 0 never warns
-PADDING_WARNING = 0.25  # ALGORITHMS.md 6.3: warn when this share of head slots is padding
+PADDING_WARNING = 0.25  # docs/methods/hydra.md: warn when this share of head slots is padding
 
 
 @dataclass(frozen=True)

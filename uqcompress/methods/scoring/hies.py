@@ -1,4 +1,4 @@
-"""`--method hies`: the Head Importance-Entropy Score (Choi et al. 2026), ALGORITHMS.md §3.2:
+"""`--method hies`: the Head Importance-Entropy Score (Choi et al. 2026), docs/methods/pruning.md:
 per-example Taylor importance (HIS) against normalised attention entropy (AE).
 
 torch is imported inside the functions: the registry (and with it `uqc --help`) imports this
@@ -80,7 +80,7 @@ def hies_scores(
     norm_scope: str = "global",
     gather: Gather | None = None,
 ) -> dict[str, Tensor]:
-    """Head Importance-Entropy Score (Choi et al. 2026), ALGORITHMS.md §3.2.
+    """Head Importance-Entropy Score (Choi et al. 2026), docs/methods/pruning.md.
 
     Per batch (size B, mean loss L), per example b with n_b valid tokens, per head h:
 
