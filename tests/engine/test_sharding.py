@@ -17,7 +17,7 @@ from tests.runtime.test_distributed_steps import _free_port, _launch
 from uqcompress.artifacts import open_artifact
 
 
-def _commands(model: Path, data: Path, root: Path) -> list[list[str]]:
+def _commands(model: Path, data: Path, root: Path, val: Path) -> list[list[str]]:
     common = ["--data", str(data), "--epochs", "2", "--batch-size", "8", "--device", "cpu"]
     return [
         ["finetune", str(model), *common, "--lr", "2e-3", "--out", str(root / "finetune")],
@@ -52,19 +52,22 @@ def _commands(model: Path, data: Path, root: Path) -> list[list[str]]:
             "2e-3",
             "--ema",
             "0.9",
+            "--val",  # validation on every process, the best epoch kept
+            str(val),
             "--out",
             str(root / "finetune-ema"),
         ],
     ]
 
 
-def _resumed(model: Path, data: Path, out: Path) -> list[dict[str, Any]]:
-    """finetune --ema under FSDP with checkpoints every 3 steps, interrupted on both
-    processes at batch 17 (in epoch 2, after step 15's checkpoint), then resumed."""
+def _resumed(model: Path, data: Path, val: Path, out: Path) -> list[dict[str, Any]]:
+    """finetune-ema's run under FSDP with checkpoints every 3 steps, interrupted on both
+    processes at batch 17 (in epoch 2, after step 15's checkpoint, which holds the average
+    and epoch 1's best weights), then resumed."""
     args = [
         "finetune", str(model), "--data", str(data), "--epochs", "2", "--batch-size", "8",
-        "--device", "cpu", "--lr", "2e-3", "--ema", "0.9", "--checkpoint-every", "3",
-        "--fsdp", "--out", str(out),
+        "--device", "cpu", "--lr", "2e-3", "--ema", "0.9", "--val", str(val),
+        "--checkpoint-every", "3", "--fsdp", "--out", str(out),
     ]  # fmt: skip
     return [{"args": args, "stop_at_batch": 17}, {"args": [*args, "--resume"]}]
 
@@ -87,12 +90,13 @@ def sharded_runs(
     root = tmp_path_factory.mktemp("fsdp")
     model = tiny_llama_artifact
     data = sentiment_csv["train"]
-    commands = [[*args, "--fsdp"] for args in _commands(model, data, root / "two")]
+    val = sentiment_csv["test"]
+    commands = [[*args, "--fsdp"] for args in _commands(model, data, root / "two", val)]
     # DIRECTOR sharded, and data-parallel (its roll-out noise is drawn per global batch)
     commands += [
         [*_director(model, data, root / "two" / "director"), "--fsdp"],
         _director(model, data, root / "ddp" / "director"),
-        *_resumed(model, data, root / "two" / "resumed"),
+        *_resumed(model, data, val, root / "two" / "resumed"),
     ]
     return root, model, _launch(root, commands)
 
@@ -117,7 +121,7 @@ def test_fsdp_on_two_processes_trains_what_one_process_trains(
     ]
     start = load_file(str(model / "model.safetensors"))
     for args, name, tolerance in zip(
-        _commands(model, sentiment_csv["train"], one)[:5],
+        _commands(model, sentiment_csv["train"], one, sentiment_csv["test"])[:5],
         ("finetune", "sve", "sve-bf16", "finetune-bf16", "finetune-ema"),
         # bfloat16 rounds the two runs' sums differently (finetune-bf16: mixed precision,
         # float32 master weights saved in bfloat16, whose spacing near 1 is 8e-3; at most
@@ -173,6 +177,10 @@ def test_fsdp_on_two_processes_trains_what_one_process_trains(
     resumed = load_file(str(two / "resumed" / "model.safetensors"))
     assert set(resumed) == set(averaged)
     assert max(float((resumed[k] - averaged[k]).abs().max()) for k in averaged) < 1e-6
+    kept = open_artifact(two / "finetune-ema").manifest.summary["best_epoch"]
+    assert kept is not None  # --val: the best epoch's weights (of the average) were kept
+    assert open_artifact(two / "resumed").manifest.summary["best_epoch"] == kept
+    assert open_artifact(two / "resumed").manifest.summary["resumed_from_step"] == 15
     from uqcompress.steps.common import checkpoint_folder
 
     assert not checkpoint_folder(two / "resumed").exists()  # removed when the run completed
@@ -213,7 +221,7 @@ def test_accelerate_launch_with_an_fsdp_config_shards(
     import sys
 
     root, model, _ = sharded_runs
-    args = _commands(model, sentiment_csv["train"], tmp_path)[0]  # finetune
+    args = _commands(model, sentiment_csv["train"], tmp_path, sentiment_csv["test"])[0]
     config = Path(__file__).parents[2] / "examples" / "accelerate" / "fsdp.yaml"
     launched = subprocess.run(
         [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config),
@@ -228,3 +236,39 @@ def test_accelerate_launch_with_an_fsdp_config_shards(
     a = load_file(str(reference / "model.safetensors"))
     b = load_file(str(tmp_path / "finetune" / "model.safetensors"))
     assert max(float((a[k] - b[k]).abs().max()) for k in a) < 1e-5
+
+
+def test_whole_tensors_go_back_into_a_sharded_module() -> None:
+    """What a checkpoint holds (`full_tensors` of a sharded module's state) loads back into
+    the sharded module (`shard_like`, as `--resume` and the best epoch's weights do), on a
+    one-process group; the same state passes unchanged into a plain module."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import DTensor
+
+    from uqcompress.engine.sharding import full_tensors, shard_like
+    from uqcompress.engine.train import _laid_out
+
+    dist.init_process_group(
+        "gloo", rank=0, world_size=1, init_method=f"tcp://127.0.0.1:{_free_port()}"
+    )
+    try:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
+        fully_shard(model)
+        assert isinstance(model[0].weight, DTensor)
+        saved = full_tensors(model.state_dict())
+        assert not any(isinstance(v, DTensor) for v in saved.values())
+        with torch.no_grad():
+            for param in model.parameters():
+                param.zero_()
+        model.load_state_dict(_laid_out(saved, model))
+        again = full_tensors(model.state_dict())
+        assert all(torch.equal(again[k], saved[k]) for k in saved)
+        assert float(saved["0.weight"].abs().sum()) > 0  # the zeros were really replaced
+        plain = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
+        assert _laid_out(saved, plain)["0.weight"] is saved["0.weight"]
+        assert shard_like(saved["0.weight"], plain[0].weight) is saved["0.weight"]
+    finally:
+        dist.destroy_process_group()
