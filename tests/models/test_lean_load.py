@@ -17,7 +17,7 @@ from uqcompress.models.factory import create_model
 from uqcompress.models.lean_load import cast_in_place, load_streamed, release_pages
 from uqcompress.models.loading import cast_loaded, load_model, resolve_model_source, save_model
 
-FAMILIES = ["bert", "llama", "qwen2", "vit"]
+FAMILIES = ["bert", "distilbert", "llama", "qwen3", "mistral", "vit", "dinov2"]
 
 
 def _saved(family: str, dtype: str, directory: Path, **config: Any) -> Path:
@@ -43,7 +43,7 @@ def test_a_bfloat16_checkpoint_loads_as_float32_with_one_copy_in_memory(tmp_path
     assert rise < 1.2 * weights, rise / weights
 
 
-def _transformers_load(directory: Path, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+def _transformers_model(directory: Path, dtype: str) -> Any:
     """What transformers itself loads (its own cast while the file is mapped)."""
     from transformers import AutoModelForImageClassification, AutoModelForSequenceClassification
 
@@ -52,7 +52,7 @@ def _transformers_load(directory: Path, dtype: torch.dtype) -> dict[str, torch.T
         if (directory / "preprocessor_config.json").exists()
         else AutoModelForSequenceClassification
     )
-    return dict(loader.from_pretrained(str(directory), dtype=dtype).state_dict())
+    return loader.from_pretrained(str(directory), dtype=getattr(torch, dtype))
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -65,13 +65,19 @@ def test_a_cast_load_holds_exactly_what_transformers_loads(
     loaded = load_model(resolve_model_source(directory), dtype=wanted)
     after = torch.get_rng_state()
     torch.manual_seed(0)
-    expected = _transformers_load(directory, getattr(torch, wanted))
+    reference = _transformers_model(directory, wanted)
+    expected = dict(reference.state_dict())
     assert torch.equal(after, torch.get_rng_state())  # the random state moved as it does there
     got = loaded.model.state_dict()
     assert set(got) == set(expected)
     for name, tensor in expected.items():
         assert got[name].dtype == tensor.dtype, name
         assert torch.equal(got[name], tensor), name
+    # the buffers a model computes and does not save too (rotary inv_freq stays float32)
+    computed, buffers = dict(loaded.model.named_buffers()), dict(reference.named_buffers())
+    assert set(computed) == set(buffers)
+    for name, tensor in buffers.items():
+        assert computed[name].dtype == tensor.dtype and torch.equal(computed[name], tensor), name
     assert loaded.model.config.dtype == getattr(torch, wanted)
     assert loaded.checkpoint_dtype == (stored if stored != "float32" else None)
 
@@ -89,7 +95,7 @@ def test_a_checkpoint_without_a_head_gets_the_head_transformers_initialises(
     torch.manual_seed(0)
     loaded = load_model(resolve_model_source(directory), dtype="float32")
     torch.manual_seed(0)
-    expected = _transformers_load(directory, torch.float32)
+    expected = dict(_transformers_model(directory, "float32").state_dict())
     assert loaded.new_head_keys == ["classifier.bias", "classifier.weight"]
     for name, tensor in expected.items():
         assert torch.equal(loaded.model.state_dict()[name], tensor), name

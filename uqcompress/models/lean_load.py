@@ -64,11 +64,13 @@ def release_pages(tensor: torch.Tensor) -> None:
         madvise(first, last - first, MADV_PAGEOUT)
 
 
-def cast_in_place(model: nn.Module, dtype: torch.dtype) -> None:
+def cast_in_place(model: nn.Module, dtype: torch.dtype, *, computed_buffers: bool = True) -> None:
     """Cast `model`'s floating-point parameters and buffers to `dtype` one at a time,
     releasing each source's pages as it goes (`nn.Module.to` would keep a mapped
     checkpoint's pages until the end). A tensor shared by several modules is cast once and
-    stays shared."""
+    stays shared. `computed_buffers=False` leaves the buffers a module computes itself and
+    does not save (non-persistent: rotary `inv_freq`) as they were made, which is what
+    transformers' `from_pretrained(dtype=...)` does (it keeps `inv_freq` in float32)."""
     import torch
 
     done: dict[int, Any] = {}
@@ -78,6 +80,11 @@ def cast_in_place(model: nn.Module, dtype: torch.dtype) -> None:
             for table in tables:
                 for name, tensor in table.items():
                     if tensor is None or not tensor.is_floating_point() or tensor.dtype == dtype:
+                        continue
+                    computed = (
+                        table is module._buffers and name in module._non_persistent_buffers_set
+                    )
+                    if computed and not computed_buffers:
                         continue
                     if id(tensor) in done:
                         table[name] = done[id(tensor)]

@@ -396,7 +396,7 @@ def _from_pretrained(family: Family, path: Path, stored: str, resolved: str) -> 
             first: Any = load(str(path), output_loading_info=True, dtype=torch_dtype(stored))
         model, info = first
         if not info.get("missing_keys"):
-            cast_in_place(model, torch_dtype(resolved))
+            cast_in_place(model, torch_dtype(resolved), computed_buffers=False)
             model.config.dtype = torch_dtype(resolved)
             return model, info
         del model
