@@ -793,17 +793,17 @@ def _save_checkpoint(
 
     from uqcompress.runtime.distributed import is_main_process
 
-    if sharded:
+    if sharded:  # every process takes part in the gathering; rank 0 writes below
         model_state = sharding.full_tensors(model.state_dict())
         optimizer_state = _whole_optimizer_state(optimizer.state_dict())
         ema = sharding.full_tensors(average.state_dict()) if average is not None else None
         best = sharding.full_tensors(loop.best_state) if loop.best_state is not None else None
-    else:
+    if not is_main_process():
+        return
+    if not sharded:
         model_state, optimizer_state = _cpu_state(model), optimizer.state_dict()
         ema = average.state_dict() if average is not None else None
         best = loop.best_state
-    if not is_main_process():
-        return
     name, keys, position, has_gauss, cached = np.random.get_state(legacy=True)
     state = {
         "tag": checkpoint.tag,
