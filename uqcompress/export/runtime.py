@@ -366,7 +366,7 @@ def _freed_memory_returned() -> Iterator[None]:
     memory map, so the graph's initializers it frees after pre-packing them go back to the
     system. glibc's default threshold rises to the size of the last large block freed; the
     initializers freed after it then stay in the heap, and a 1.44 GiB graph's session held
-    2.6 GiB in 5 of 8 runs instead of 1.6 GiB (measured; 1.6 GiB in every run with this).
+    2.6 GiB in 9 of 15 runs instead of 1.6 GiB (measured; 1.6 GiB in each of 6 with this).
     Afterwards the threshold is left at glibc's own maximum. Off glibc (no mallopt), or if
     the call fails, a no-op."""
     import ctypes
