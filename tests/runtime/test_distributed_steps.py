@@ -32,7 +32,9 @@ def _free_port() -> int:
 def _launch(tmp_path: Path, commands: list[Any]) -> subprocess.CompletedProcess[str]:
     listing = tmp_path / "commands.json"
     listing.write_text(json.dumps(commands))
-    env = {**os.environ, "UQC_ARTIFACTS": str(tmp_path / "default")}
+    # PYTHONFAULTHANDLER: a rank that aborts (a rare SIGABRT at exit under a loaded machine,
+    # "terminate called without an active exception") prints where every thread was
+    env = {**os.environ, "UQC_ARTIFACTS": str(tmp_path / "default"), "PYTHONFAULTHANDLER": "1"}
     return subprocess.run(
         [
             sys.executable,
