@@ -36,6 +36,7 @@ RUNTIME_MODULES = (
     "uqcompress/export/runtime.py",
     "uqcompress/models/preprocessing.py",
     "uqcompress/runtime/deps.py",
+    "uqcompress/runtime/libc.py",
     "uqcompress/runtime/paths.py",
     "uqcompress/uq/calibration.py",
     "uqcompress/uq/noise.py",

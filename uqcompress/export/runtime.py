@@ -370,15 +370,10 @@ def _freed_memory_returned() -> Iterator[None]:
     Afterwards the threshold is left at glibc's own maximum. Off glibc (no mallopt), or if
     the call fails, a no-op."""
     import ctypes
-    import ctypes.util
-    import sys
 
-    mallopt: Any = None
-    if sys.platform.startswith("linux"):
-        try:
-            mallopt = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
-        except (OSError, AttributeError):
-            mallopt = None
+    from uqcompress.runtime.libc import libc_function
+
+    mallopt = libc_function("mallopt", (ctypes.c_int, ctypes.c_int))
     if mallopt is not None:
         mallopt(_M_MMAP_THRESHOLD, _MMAP_WHILE_OPENING)
     try:

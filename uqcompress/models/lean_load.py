@@ -15,33 +15,17 @@ the result plus one tensor.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import mmap
-import sys
-from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from uqcompress.runtime.libc import libc_function
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
 
 MADV_PAGEOUT = 21  # Linux 5.4+: reclaim these pages now
-
-
-@cache
-def _madvise() -> Any:
-    """libc's madvise, or None where there is none to call (not Linux)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    except OSError:
-        return None
-    function = libc.madvise
-    function.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    function.restype = ctypes.c_int
-    return function
 
 
 def release_pages(tensor: torch.Tensor) -> None:
@@ -53,7 +37,7 @@ def release_pages(tensor: torch.Tensor) -> None:
     otherwise stay resident (a view into a mapped checkpoint). A no-op off Linux, on a
     kernel without MADV_PAGEOUT (it then fails, harmlessly) and on non-CPU tensors.
     """
-    madvise = _madvise()
+    madvise = libc_function("madvise", (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int))
     if madvise is None or tensor.device.type != "cpu" or tensor.numel() == 0:
         return
     page = mmap.PAGESIZE
