@@ -16,24 +16,36 @@ table (`--family bert`, `vit` or `both`):
 
 A fourth row, the Predictor alone on the same requests in batches of `--max-batch`, is the
 ceiling of what merging can buy: on a CPU whose per-example model time hardly falls with
-the batch, micro-batching can only save the per-call overhead.
+the batch, micro-batching can only save the per-call overhead. A grid of the graph alone
+(ms per example at batch 1 to 32; text at 8, 24 and 48 tokens) shows where that ceiling
+comes from.
 
 Each server is a fresh `uqc serve` process on a free 127.0.0.1 port; `--concurrency` client
-threads (one httpx connection each) send `--requests` requests in
+threads (one keep-alive `http.client` connection each) send `--requests` requests in
 all, then the run stops. Per mode: wall seconds, requests per second, p50 and p99 latency
-(ms, send to answer, as each client sees it) and the Predictor calls the server made (its
-/healthz `batches`). Client threads, server and model share this machine's cores, so
-the absolute numbers depend on it and on what else runs; nothing here asserts on them.
+(ms, send to answer, as each client sees it), the Predictor calls the server made (its
+/healthz `batches`) and the CPU time per request of the server process and of the clients.
+The clients share this machine's cores with the server, so they are the standard library's
+`http.client`: httpx cost 2.6-3.2 ms of client CPU per request here (0.1-0.3 ms with
+`http.client`), taken from the server it was measuring. The absolute numbers depend on the
+machine and on what else runs; nothing here asserts on them.
+
+`--int8` adds the same rows for the export quantized by `uqc quantize --mode dynamic`
+(int8 weights; VNNI kernels on this CPU). The weights are random, so the quantizer's drift
+gate is loosened for this speed measurement only (it compares near-uniform probabilities).
 
     .venv/bin/python benchmarks/serve_load.py [--family both] [--requests 400]
-        [--concurrency 16] [--max-batch 32] [--max-wait-ms 5] [--keep DIR]
+        [--concurrency 16] [--max-batch 32] [--max-wait-ms 5] [--int8] [--keep DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import functools
+import http.client
 import io
+import json
 import os
 import random
 import socket
@@ -97,6 +109,38 @@ def build_export(root: Path, family: str) -> Path:
     return onnx
 
 
+def build_int8(root: Path, family: str, export: Path, bodies: list[dict[str, list[str]]]) -> Path:
+    """`export` quantized by `uqc quantize --mode dynamic`. Random weights give near-uniform
+    probabilities whose argmax flips under any rounding, so the drift gate's bounds are
+    opened: this artifact measures speed, never quality."""
+    out = root / f"{family}-int8"
+    if (out / "model.onnx").is_file():
+        return out
+    gate = root / f"{family}-gate"
+    if family == "bert":
+        import csv
+
+        gate.mkdir(parents=True, exist_ok=True)
+        with open(gate / "gate.csv", "w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["text", "label"])
+            for i, body in enumerate(bodies[:64]):
+                writer.writerow([body["texts"][0], ("neg", "pos")[i % 2]])
+        data = gate / "gate.csv"
+    else:
+        for i, body in enumerate(bodies[:64]):
+            folder = gate / str(i % 10)
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / f"{i}.png").write_bytes(base64.b64decode(body["images"][0]))
+        data = gate
+    _uqc(
+        *("quantize", str(export), "--mode", "dynamic", "--data", str(data), "--out", str(out)),
+        *("--min-agreement", "0", "--max-ece-delta", "1", "--max-nll-delta", "1"),
+        *("--max-entropy-shift", "1", "--max-mi-shift", "1"),
+    )
+    return out
+
+
 def make_bodies(family: str, n: int, seed: int = 0) -> list[dict[str, list[str]]]:
     """`n` request bodies of one example each: a short text, or a base64 PNG."""
     rng = random.Random(seed)
@@ -122,14 +166,32 @@ class Result:
     wall_s: float
     latencies_ms: list[float]
     calls: int | None
+    server_cpu_s: float | None = None  # the server process's CPU time over the timed part
+    client_cpu_s: float | None = None  # this process's (the clients') CPU time over it
 
     def row(self) -> str:
         lat = np.asarray(self.latencies_ms)
+
+        def per_request(cpu_s: float | None) -> str:
+            return f"{1000 * cpu_s / self.requests:.2f}" if cpu_s is not None else "-"
+
         return (
             f"| {self.mode} | {self.requests} | {self.concurrency} | {self.wall_s:.2f} | "
             f"{self.requests / self.wall_s:.1f} | {np.percentile(lat, 50):.1f} | "
-            f"{np.percentile(lat, 99):.1f} | {self.calls if self.calls is not None else '-'} |"
+            f"{np.percentile(lat, 99):.1f} | {self.calls if self.calls is not None else '-'} | "
+            f"{per_request(self.server_cpu_s)} | {per_request(self.client_cpu_s)} |"
         )
+
+
+def _process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process `pid` (all its threads), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_cpu_s() -> float:
+    times = os.times()
+    return times.user + times.system
 
 
 def plain_loop(export: Path, bodies: list[dict[str, list[str]]]) -> Result:
@@ -170,18 +232,18 @@ def plain_batches(export: Path, bodies: list[dict[str, list[str]]], batch: int) 
 
     predictor = Predictor(export)
     chunks = [bodies[i : i + batch] for i in range(0, len(bodies), batch)]
-    if "texts" in bodies[0]:
-        calls = [lambda c=c: predictor.predict_texts([b["texts"][0] for b in c]) for c in chunks]
-    else:
-        size = int(predictor.preprocessing["image_size"])
-        channels = int(predictor.preprocessing["num_channels"])
-        resize = server_resize(predictor)
+    size = int(predictor.preprocessing.get("image_size", 0) or 0)
+    channels = int(predictor.preprocessing.get("num_channels", 0) or 0)
+    resize = server_resize(predictor)
 
-        def run(c: list[dict[str, list[str]]]) -> None:
-            files = [base64.b64decode(b["images"][0]) for b in c]
+    def run(chunk: list[dict[str, list[str]]]) -> None:
+        if "texts" in chunk[0]:
+            predictor.predict_texts([b["texts"][0] for b in chunk], batch_size=batch)
+        else:
+            files = [base64.b64decode(b["images"][0]) for b in chunk]
             predictor.predict_pixels(decode_images(files, size, channels, resize), batch)
 
-        calls = [lambda c=c: run(c) for c in chunks]
+    calls = [functools.partial(run, chunk) for chunk in chunks]
     calls[0]()  # warm-up
     latencies = []
     start = time.perf_counter()
@@ -192,6 +254,50 @@ def plain_batches(export: Path, bodies: list[dict[str, list[str]]], batch: int) 
     wall = time.perf_counter() - start
     mode = f"Predictor, batches of {batch} (no HTTP; ms per call)"
     return Result(mode, len(bodies), 1, wall, latencies, len(calls))
+
+
+GRID_BATCHES = (1, 2, 4, 8, 16, 32)
+GRID_TOKENS = (8, 24, 48)  # text lengths (tokens) of the grid's rows
+
+
+def batch_grid(export: Path) -> list[str]:
+    """The graph alone (ONNX Runtime, no tokenizer, no image decoding), ms per example at
+    each batch size of GRID_BATCHES: one row per text length of GRID_TOKENS, or one row of
+    224 x 224 images. What merging requests can buy at most, shape by shape."""
+    from uqcompress.export.runtime import Predictor
+
+    predictor = Predictor(export)
+    session = predictor.session
+    rng = np.random.default_rng(0)
+    lines = [
+        "| input | " + " | ".join(f"batch {b}" for b in GRID_BATCHES) + " |",
+        "|---|" + "---|" * len(GRID_BATCHES),
+    ]
+    shapes = [f"{t} tokens" for t in GRID_TOKENS] if predictor.input_kind == "text" else ["image"]
+    for shape, tokens in zip(shapes, GRID_TOKENS, strict=False):
+        cells = []
+        for batch in GRID_BATCHES:
+            feeds: dict[str, Any] = {}
+            for graph_input in session.get_inputs():
+                name = graph_input.name
+                if predictor.input_kind == "image":
+                    side = (batch, 3, IMAGE_SIDE, IMAGE_SIDE)
+                    feeds[name] = rng.uniform(0, 255, side).astype(np.float32)
+                elif "mask" in name:
+                    feeds[name] = np.ones((batch, tokens), np.int64)
+                elif "type" in name:
+                    feeds[name] = np.zeros((batch, tokens), np.int64)
+                else:  # token ids: small ids, inside any vocabulary
+                    feeds[name] = rng.integers(5, 100, (batch, tokens)).astype(np.int64)
+            for _ in range(2):  # warm-up
+                session.run(None, feeds)
+            runs = max(3, 48 // batch)
+            t0 = time.perf_counter()
+            for _ in range(runs):
+                session.run(None, feeds)
+            cells.append(f"{1000 * (time.perf_counter() - t0) / runs / batch:.2f}")
+        lines.append(f"| {shape} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def _free_port() -> int:
@@ -258,29 +364,39 @@ def _served(
         lock = threading.Lock()
         next_index = iter(range(len(bodies)))
         errors: list[str] = []
+        # bodies encoded up front: the clients' own work per request is the HTTP exchange
+        encoded = [json.dumps(body).encode() for body in bodies]
+        headers = {"Content-Type": "application/json"}
 
         def client() -> None:
-            with httpx.Client(timeout=60) as http:
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+            try:
                 while True:
                     with lock:
                         i = next(next_index, None)
                     if i is None:
                         return
                     t0 = time.perf_counter()
-                    response = http.post(f"{url}/predict", json=bodies[i])
+                    connection.request("POST", "/predict", body=encoded[i], headers=headers)
+                    response = connection.getresponse()
+                    text = response.read()
                     took = (time.perf_counter() - t0) * 1000
                     with lock:
                         latencies.append(took)
-                        if response.status_code != 200:
-                            errors.append(response.text)
+                        if response.status != 200:
+                            errors.append(text.decode(errors="replace"))
+            finally:
+                connection.close()
 
         threads = [threading.Thread(target=client) for _ in range(concurrency)]
+        server_cpu, client_cpu = _process_cpu_s(proc.pid), _own_cpu_s()
         start = time.perf_counter()
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
         wall = time.perf_counter() - start
+        server_cpu, client_cpu = _process_cpu_s(proc.pid) - server_cpu, _own_cpu_s() - client_cpu
         if errors:
             raise SystemExit(f"{len(errors)} requests failed, e.g. {errors[0]}")
         calls = httpx.get(f"{url}/healthz").json()["batches"] - before
@@ -296,7 +412,7 @@ def _served(
         if max_batch > 1
         else "uqc serve --max-batch 1"
     )
-    return Result(mode, len(bodies), concurrency, wall, latencies, calls)
+    return Result(mode, len(bodies), concurrency, wall, latencies, calls, server_cpu, client_cpu)
 
 
 def main() -> None:
@@ -306,10 +422,15 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--max-batch", type=int, default=32)
     parser.add_argument("--max-wait-ms", type=int, default=5)
+    parser.add_argument(
+        "--int8", action="store_true", help="also measure the dynamic int8 quantized export"
+    )
     parser.add_argument("--keep", type=Path, help="build (or reuse) the exports here")
     args = parser.parse_args()
     if not 1 <= args.requests <= 100_000 or not 1 <= args.concurrency <= 256:
         raise SystemExit("--requests must be 1..100000 and --concurrency 1..256")
+    if not 1 <= args.max_batch <= 256 or not 0 <= args.max_wait_ms <= 1000:
+        raise SystemExit("--max-batch must be 1..256 and --max-wait-ms 0..1000")
     families = ["bert", "vit"] if args.family == "both" else [args.family]
     with tempfile.TemporaryDirectory() as tmp:
         root = args.keep or Path(tmp)
@@ -319,32 +440,46 @@ def main() -> None:
             export = build_export(root, family)
             print(f"export {export} ready in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
             bodies = make_bodies(family, args.requests)
-            results = [
-                served(export, bodies, args.concurrency, args.max_batch, args.max_wait_ms),
-                served(export, bodies, args.concurrency, 1, 0),
-                plain_loop(export, bodies),
-                plain_batches(export, bodies, args.max_batch),
-            ]
-            what = "one-text" if family == "bert" else "one-image"
-            print(
-                f"\n# uqc serve load: {FAMILIES[family][0]} export, {args.requests} {what} "
-                f"requests, {args.concurrency} concurrent clients, {os.cpu_count()} CPU cores "
-                f"(shared with the clients), load average {os.getloadavg()[0]:.2f}\n"
-            )
-            print(
-                "| mode | requests | clients | wall s | req/s | p50 ms | p99 ms | Predictor calls |"
-            )
-            print("|---|---|---|---|---|---|---|---|")
-            for result in results:
-                print(result.row())
-            batched, single, loop, ceiling = results
-            p50, p99 = np.percentile(batched.latencies_ms, [50, 99])
-            print(
-                f"\nmicro-batching: {single.wall_s / batched.wall_s:.2f}x the throughput of "
-                f"--max-batch 1; p99 {p99 / p50:.2f}x p50; the model alone: batches of "
-                f"{args.max_batch} {loop.wall_s / ceiling.wall_s:.2f}x one at a time",
-                flush=True,
-            )
+            variants = [("float32", export)]
+            if args.int8:
+                variants.append(("dynamic int8", build_int8(root, family, export, bodies)))
+            for variant, path in variants:
+                measure(family, variant, path, bodies, args)
+
+
+def measure(
+    family: str, variant: str, export: Path, bodies: list[dict[str, list[str]]], args: Any
+) -> None:
+    """The four rows for one export, printed as one table with its ratios."""
+    results = [
+        served(export, bodies, args.concurrency, args.max_batch, args.max_wait_ms),
+        served(export, bodies, args.concurrency, 1, 0),
+        plain_loop(export, bodies),
+        plain_batches(export, bodies, args.max_batch),
+    ]
+    what = "one-text" if family == "bert" else "one-image"
+    print(
+        f"\n# uqc serve load: {FAMILIES[family][0]} export, {variant}, {args.requests} {what} "
+        f"requests, {args.concurrency} concurrent clients, {os.cpu_count()} CPU cores "
+        f"(shared with the clients), load average {os.getloadavg()[0]:.2f}\n"
+    )
+    print(
+        "| mode | requests | clients | wall s | req/s | p50 ms | p99 ms | Predictor calls "
+        "| server CPU ms/req | client CPU ms/req |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for result in results:
+        print(result.row())
+    batched, single, loop, ceiling = results
+    p50, p99 = np.percentile(batched.latencies_ms, [50, 99])
+    print(
+        f"\nmicro-batching: {single.wall_s / batched.wall_s:.2f}x the throughput of "
+        f"--max-batch 1; p99 {p99 / p50:.2f}x p50; the model alone: batches of "
+        f"{args.max_batch} {loop.wall_s / ceiling.wall_s:.2f}x one at a time",
+        flush=True,
+    )
+    print("\nthe graph alone, ms per example by batch size:\n")
+    print("\n".join(batch_grid(export)), flush=True)
 
 
 if __name__ == "__main__":
