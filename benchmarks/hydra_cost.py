@@ -27,7 +27,10 @@ side (`--models` picks some of the five by name, comma-separated):
   per tier, `prune --unit query`), g // M tiers each of the g = 7 per group, sharing none (M =
   3: 4 of 14 heads), and keep both key/value heads; the Hydra row projects each member's own
   key/value heads once, and a row "Hydra, K/V per query slot" beside it is the layout before
-  that (K/V columns copied for every query slot, `fuse(..., grouped_kv=False)`).
+  that (K/V columns copied for every query slot, `fuse(..., grouped_kv=False)`). A row
+  "Hydra, batched member GEMMs" is the same Hydra exported with its member-wise maps (fused
+  Q/K/V, attention output, pooler, classifier) as batched `[M, in, out]` MatMuls, the
+  layout before one 2-D GEMM per member (`export_graph(..., member_gemms=False)`).
 
 Every configuration runs what `export.graph.graph_for` wraps around its model (member logits,
 probabilities, entropy, mutual information), in torch and, exported at opset 18, in ONNX
@@ -147,6 +150,7 @@ NOTE_SHAPE, NOTE_MEMBERS = "ViT-B/16", 3  # the case the paper's notes estimate
 NOTE_VS_SINGLE, NOTE_VS_ENSEMBLE = 2.3, 0.78
 SINGLE, ENSEMBLE, HYDRA = "single", "deep ensemble", "Hydra"
 PER_QUERY = "Hydra, K/V per query slot"  # GQA rows: the layout before grouped K/V
+BATCHED = "Hydra, batched member GEMMs"  # the ONNX layout before one 2-D GEMM per member
 
 
 @dataclass
@@ -179,6 +183,7 @@ class Config:
     graphs: list[nn.Module]
     paths: list[Path]
     fusion_gap: float | None = None
+    member_gemms: bool = True  # export_graph's layout of the member-wise maps
 
 
 # --------------------------------------------------------------------------- models
@@ -398,13 +403,16 @@ def build_configs(
             [path] * members,
         )
         configs.append(ensemble)
-        layouts = [(HYDRA, True)] + ([(PER_QUERY, False)] if kv_heads < heads else [])
-        for kind, grouped in layouts:
+        layouts = [(HYDRA, True, True), (BATCHED, True, False)]
+        if kv_heads < heads:
+            layouts.append((PER_QUERY, False, True))
+        for kind, grouped, member_gemms in layouts:
             log(f"{shape.name}: fusing {kind} M={members}")
             hydra, gap = build_hydra(dense, members, check, grouped_kv=grouped)
             spec = HydraSpec.from_config(hydra.config)
             slots = [spec.slots(layer) for layer in range(spec.layers)]
             kv_slots = [spec.kv_slots(layer) for layer in range(spec.layers)]
+            suffix = ("" if grouped else "-per-query") + ("" if member_gemms else "-batched")
             configs.append(
                 Config(
                     kind,
@@ -413,8 +421,9 @@ def build_configs(
                     hydra.num_parameters(),
                     ensemble_flops(hydra, tokens, members, slots, kv_slots),
                     [graph_for(hydra.model, hydra.input_kind)],
-                    [tmp / f"hydra-{members}{'' if grouped else '-per-query'}.onnx"],
+                    [tmp / f"hydra-{members}{suffix}.onnx"],
                     fusion_gap=gap,
+                    member_gemms=member_gemms,
                 )
             )
     return dense, configs
@@ -423,6 +432,11 @@ def build_configs(
 def exported_graphs(configs: Sequence[Config]) -> dict[Path, nn.Module]:
     """Each file once, with the graph it holds (deep ensembles reuse the dense model's)."""
     return {p: g for c in configs for g, p in zip(c.graphs, c.paths, strict=True)}
+
+
+def batched_paths(configs: Sequence[Config]) -> set[Path]:
+    """The files exported with batched `[M, in, out]` member GEMMs (`BATCHED` rows)."""
+    return {p for c in configs if not c.member_gemms for p in c.paths}
 
 
 def time_torch(
@@ -474,9 +488,10 @@ def measure_model(shape: Shape, args: argparse.Namespace) -> list[CostRow]:
     with tempfile.TemporaryDirectory(prefix="hydra_cost-") as tmp:
         dense, configs = build_configs(shape, args, Path(tmp))
         torch_latency = time_torch(shape.name, dense, configs, args)
+        batched = batched_paths(configs)
         for path, graph in exported_graphs(configs).items():
             log(f"{shape.name}: exporting {path.name}")
-            export_graph(graph, dense, path, OPSET)
+            export_graph(graph, dense, path, OPSET, member_gemms=path not in batched)
         ort_latency, gaps = time_ort(shape.name, dense, configs, args)
         inputs_path = Path(tmp) / "inputs.npz"
         arrays: dict[str, Any] = ort_inputs(dense, MEMORY_BATCH, args.seq_len, args.seed)
@@ -565,6 +580,10 @@ def ratio_table(rows: Sequence[CostRow], args: argparse.Namespace) -> Table:
             if per_query:  # grouped-query attention: the older layout beside the grouped one
                 pairs.append(("K/V per query slot / deep ensemble", per_query[0], ensemble))
                 pairs.append(("Hydra / K/V per query slot", hydra, per_query[0]))
+            batched = [r for r in rows if (r.model, r.kind, r.members) == (model, BATCHED, members)]
+            if batched:  # the ONNX layout before one 2-D GEMM per member
+                pairs.append(("batched member GEMMs / deep ensemble", batched[0], ensemble))
+                pairs.append(("Hydra / batched member GEMMs", hydra, batched[0]))
             for label, top, bottom in pairs:
                 values = [top.params / bottom.params, top.flops / bottom.flops]
                 values += [top.torch_latency[b] / bottom.torch_latency[b] for b in BATCHES]

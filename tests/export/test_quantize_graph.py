@@ -119,3 +119,35 @@ def _matmul_weights(graph: onnx.GraphProto) -> set[str]:
         for n in graph.node
         if n.op_type == "MatMul" and n.input[1] in constants | transposed
     }
+
+
+def test_an_older_export_with_batched_member_weights_is_int8_per_tensor_there(
+    tmp_path: Path,
+) -> None:
+    """Exports made before one 2-D GEMM per member hold a Hydra's member-wise layers as
+    `[M, in, out]` weights, which ONNX Runtime's per-channel kernel does not take: a
+    per-channel dynamic run quantizes them per tensor after it, never leaving them float32."""
+    from tests.methods.test_hydra import _pruned_copies
+    from uqcompress.export.graph import graph_for
+    from uqcompress.export.onnx import export_graph
+    from uqcompress.export.quantize import quantize_graph
+    from uqcompress.methods.hydra import fuse
+    from uqcompress.models.factory import create_model
+
+    base = create_model("bert", ["a", "b"], seed=0)
+    heads = int(base.config.num_attention_heads)
+    layers = int(base.config.num_hidden_layers)
+    keeps = [[list(range(m, heads, 2))] * layers for m in range(2)]
+    hydra = fuse(_pruned_copies(base, keeps))
+    fp32, int8 = tmp_path / "fp32.onnx", tmp_path / "int8.onnx"
+    graph = graph_for(hydra.model, hydra.input_kind)
+    export_graph(graph, hydra, fp32, 18, member_gemms=False)
+    result = quantize_graph(fp32, int8, "dynamic", per_channel=True, work_dir=tmp_path)
+    assert result.per_tensor_grouped > 0
+    quantized = onnx.load(str(int8)).graph
+    ranks = {t.name: len(t.dims) for t in quantized.initializer}
+    assert not [
+        n.name
+        for n in quantized.node
+        if n.op_type == "MatMul" and any(ranks.get(i, 2) == 3 for i in n.input)
+    ]

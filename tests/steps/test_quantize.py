@@ -192,16 +192,12 @@ def test_dynamic_int8_shrinks_the_file_and_ood_auroc_is_gated(
     assert mi and all(drift["deltas"][k] >= -0.01 for k in drift["deltas"] if "auroc" in k)
     quantization = open_artifact(out).manifest.summary["quantization"]
     assert quantization["per_channel"] is True
-    # the Hydra's grouped layers (3-D weights, no per-channel kernel) are int8 per tensor,
-    # not left in float32: no float MatMul reads a 3-D initializer any more
+    # the Hydra's member-wise layers are exported as one 2-D weight per member, so they are
+    # int8 per channel like every other layer: no float MatMul reads an initializer
     graph = onnx.load(str(out / contract.ONNX_FILE)).graph
-    ranks = {t.name: len(t.dims) for t in graph.initializer}
-    float_grouped = [
-        n.name
-        for n in graph.node
-        if n.op_type == "MatMul" and any(ranks.get(i, 2) == 3 for i in n.input)
-    ]
-    assert quantization["per_tensor_grouped"] > 0 and float_grouped == []
+    weights = {t.name for t in graph.initializer}
+    float_weights = [n.name for n in graph.node if n.op_type == "MatMul" and n.input[1] in weights]
+    assert quantization["per_tensor_grouped"] == 0 and float_weights == []
 
 
 def test_the_default_granularity_is_per_channel_then_per_tensor(

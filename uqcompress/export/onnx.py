@@ -100,14 +100,19 @@ def export_graph(
     path: Path,
     opset: int,
     metadata: dict[str, str] | None = None,
+    member_gemms: bool = True,
 ) -> bool:
     """Trace ``graph`` with the dynamo exporter into `path`: one self-contained `.onnx` file,
     or, for weights over `EXTERNAL_DATA_BYTES`, the graph plus `<path>.data` beside it
     (ONNX external data, which ONNX Runtime reads from the graph's folder), with `metadata`
     as its metadata_props (in key order; the exporter's own are replaced). Returns whether
-    the weights went to external data."""
+    the weights went to external data. An ensemble's member-wise maps in `graph` are laid out
+    for ONNX Runtime first, in place (`models.grouped.split_grouped_linears`);
+    `member_gemms=False` keeps them batched (`benchmarks/hydra_cost.py` times both)."""
     import torch
     from torch.export import Dim
+
+    from uqcompress.models.grouped import split_grouped_linears
 
     if opset < MIN_OPSET:
         raise ConfigError(f"--opset {opset} is below {MIN_OPSET}", hint=f"pass --opset {MIN_OPSET}")
@@ -123,6 +128,10 @@ def export_graph(
         names += (contract.NOISE_INPUT,)
         dynamic += (noise_axes,)
     graph.eval()
+    # Ensembles' member-wise maps as one 2-D GEMM per member: ONNX Runtime pre-packs those
+    # (see models/grouped.py). In place: `graph` computes the same, now in that layout.
+    if member_gemms:
+        split_grouped_linears(graph)
     external = weight_bytes(graph) > EXTERNAL_DATA_BYTES
     # The exporter narrates on stdout, which carries only our result: send it to stderr.
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)

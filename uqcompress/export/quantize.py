@@ -255,9 +255,10 @@ def quantize_graph(
     meta = {p.key: p.value for p in model.metadata_props}
     check_exclude(model, mode, exclude)
     kept, matched = excluded_nodes(model, exclude)
-    # ONNX Runtime's per-channel int8 MatMul takes 2-D weights only: a Hydra's grouped layers
-    # are left out of the per-channel pass; dynamic mode quantizes them per tensor after it
-    # (static mode keeps them float32: a second calibrated pass over a QDQ graph is not done)
+    # ONNX Runtime's per-channel int8 MatMul takes 2-D weights only: the grouped `[M, in, out]`
+    # layers of a Hydra exported before one 2-D GEMM per member (export_graph) are left out
+    # of the per-channel pass; dynamic mode quantizes them per tensor after it (static mode
+    # keeps them float32: a second calibrated pass over a QDQ graph is not done)
     grouped: list[str] = []
     if per_channel and mode != "fp16":
         grouped = [n for n in grouped_matmuls(model) if n not in matched and n not in kept]
