@@ -84,3 +84,31 @@ def test_an_exported_hydra_multiplies_by_two_dimensional_weights_only(tmp_path: 
     assert any(
         weights.get(n.input[1]) == 3 for n in graph.node if n.op_type == "MatMul"
     )  # the batched layout, still exportable for comparison
+
+
+def test_a_hydra_layer_without_heads_exports_and_runs_as_in_torch(tmp_path: Path) -> None:
+    """A layer where no member keeps a head adds its output biases alone: the split layers
+    give them in the batched layout, and ONNX Runtime computes what torch does."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from tests.methods.test_hydra import UNEVEN_WITH_EMPTY_LAYER, _members
+    from uqcompress.export.graph import graph_for
+    from uqcompress.export.onnx import export_graph
+    from uqcompress.methods.hydra import fuse
+
+    hydra = fuse(_members("vit", UNEVEN_WITH_EMPTY_LAYER))
+    graph = graph_for(hydra.model, hydra.input_kind)
+    pixels = torch.randn(4, 1, 8, 8, generator=torch.Generator().manual_seed(2))
+    with torch.inference_mode():
+        before = graph(pixels)
+    path = tmp_path / "hydra.onnx"
+    export_graph(graph, hydra, path, 18)
+    with torch.inference_mode():
+        after = graph(pixels)  # split in place by the export
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    onnx_out = session.run(None, {session.get_inputs()[0].name: pixels.numpy()})
+    assert len(onnx_out) == len(before) == len(after)
+    for want, split, got in zip(before, after, onnx_out, strict=True):
+        torch.testing.assert_close(split, want, atol=1e-5, rtol=0)
+        np.testing.assert_allclose(got, want.numpy(), atol=1e-5, rtol=0)

@@ -54,6 +54,12 @@ class MemberLinears(nn.Module):
                 for b in grouped.bias.unbind(0)
             )  # each [out]
 
+    @property
+    def bias(self) -> torch.Tensor:
+        """The biases laid out as `GroupedLinear.bias` (a Hydra layer without heads adds
+        them alone). Shape: `[M, 1, out]`."""
+        return torch.stack(list(self.biases))[:, None, :]
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
         streams = x.reshape(self.members, -1, x.shape[-1]).unbind(0)  # M x [B*..., in]
