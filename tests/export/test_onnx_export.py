@@ -440,3 +440,22 @@ def test_torch_weights_are_freed_before_onnx_runtime_opens_the_graph(
     assert seen == {"weights_left": 0, "session_open": False}
     report = json.loads((tmp_path / "onnx" / "parity.json").read_text())
     assert report["passed"] is True and report["examples"] > 0
+
+
+def test_a_member_layout_that_changes_the_outputs_stops_the_export(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The export checks its own swap to one GEMM per member on the trace example, so the
+    parity gate (which runs the swapped module) cannot hide a wrong swap."""
+    from tests.methods.test_hydra import _members
+    from uqcompress.export.graph import graph_for
+    from uqcompress.methods.hydra import fuse
+    from uqcompress.models.grouped import MemberLinears
+
+    hydra = fuse(_members("bert", [[[0, 1], [2]], [[3], [0, 1]]]))
+    right = MemberLinears.forward
+    monkeypatch.setattr(MemberLinears, "forward", lambda self, x: right(self, x) * 1.01)
+    path = tmp_path / "hydra.onnx"
+    with pytest.raises(RuntimeError, match="member-wise layers"):
+        uqc_onnx.export_graph(graph_for(hydra.model, hydra.input_kind), hydra, path, 18)
+    assert not path.exists()

@@ -151,3 +151,34 @@ def test_an_older_export_with_batched_member_weights_is_int8_per_tensor_there(
         for n in quantized.node
         if n.op_type == "MatMul" and any(ranks.get(i, 2) == 3 for i in n.input)
     ]
+
+
+def test_the_uncertainty_tail_starts_after_every_members_classifier(tmp_path: Path) -> None:
+    """One classifier GEMM per member: the tail kept in float32 starts after each of them,
+    so every member's bias Add stays float32 (not member 0's only)."""
+    from tests.methods.test_hydra import _pruned_copies
+    from uqcompress.export.graph import graph_for
+    from uqcompress.export.onnx import export_graph
+    from uqcompress.export.quantize import uncertainty_tail
+    from uqcompress.methods.hydra import fuse
+    from uqcompress.models.factory import create_model
+
+    base = create_model("bert", ["a", "b"], seed=0)
+    heads = int(base.config.num_attention_heads)
+    layers = int(base.config.num_hidden_layers)
+    keeps = [[list(range(m, heads, 3))] * layers for m in range(3)]
+    hydra = fuse(_pruned_copies(base, keeps))
+    path = tmp_path / "hydra.onnx"
+    export_graph(graph_for(hydra.model, hydra.input_kind), hydra, path, 18)
+    model = onnx.load(str(path))
+    tail = set(uncertainty_tail(model))
+    produced_by = {o: n for n in model.graph.node for o in n.output}
+    # the GEMMs that the tail reads from: the members' classifier heads, none of them in it
+    heads_read = {
+        produced_by[i].name
+        for n in model.graph.node
+        if n.name in tail
+        for i in n.input
+        if i in produced_by and produced_by[i].op_type == "MatMul"
+    }
+    assert len(heads_read) == 3 and not heads_read & tail

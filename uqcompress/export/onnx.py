@@ -112,8 +112,6 @@ def export_graph(
     import torch
     from torch.export import Dim
 
-    from uqcompress.models.grouped import split_grouped_linears
-
     if opset < MIN_OPSET:
         raise ConfigError(f"--opset {opset} is below {MIN_OPSET}", hint=f"pass --opset {MIN_OPSET}")
     from uqcompress.export.graph import takes_noise
@@ -130,8 +128,9 @@ def export_graph(
     graph.eval()
     # Ensembles' member-wise maps as one 2-D GEMM per member: ONNX Runtime pre-packs those
     # (see models/grouped.py). In place: `graph` computes the same, now in that layout.
+    example = _trace_inputs(loaded)
     if member_gemms:
-        split_grouped_linears(graph)
+        _split_checked(graph, example)
     external = weight_bytes(graph) > EXTERNAL_DATA_BYTES
     # The exporter narrates on stdout, which carries only our result: send it to stderr.
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)
@@ -139,7 +138,7 @@ def export_graph(
         warnings.simplefilter("ignore")
         program = torch.onnx.export(
             graph,
-            _trace_inputs(loaded),
+            example,
             input_names=list(names),
             output_names=list(contract.GRAPH_OUTPUTS),
             dynamic_shapes=dynamic,
@@ -165,6 +164,37 @@ def export_graph(
         for value in program.model.graph.initializers.values():
             value.const_value = None
     return external
+
+
+# How far the per-member layout may move an output from the batched one (float rounding of
+# the same products; a wrong swap moves logits by their own size)
+SPLIT_TOLERANCE = 1e-4
+
+
+def _split_checked(graph: Any, example: tuple[Any, ...]) -> None:
+    """`split_grouped_linears(graph)`, checked: the trace example's outputs before and after
+    must agree to SPLIT_TOLERANCE (relative to the largest output), so the parity gate,
+    which then runs this same module, compares the graph with the model as it was saved."""
+    import torch
+
+    from uqcompress.models.grouped import GroupedLinear, split_grouped_linears
+
+    if not any(isinstance(m, GroupedLinear) for m in graph.modules()):
+        return
+    # no_grad, not inference_mode: the new weights must stay ordinary tensors for the tracer
+    with torch.no_grad():
+        before = graph(*example)
+    split_grouped_linears(graph)
+    with torch.no_grad():
+        after = graph(*example)
+    for name, old, new in zip(contract.GRAPH_OUTPUTS, before, after, strict=True):
+        scale = max(1.0, float(old.abs().max()))
+        gap = float((old - new).abs().max())
+        if not gap <= SPLIT_TOLERANCE * scale:
+            raise RuntimeError(
+                f"laying out the member-wise layers for ONNX changed {name} by {gap:.2e}: a "
+                "bug in models/grouped.py (export with member_gemms=False to compare)"
+            )
 
 
 def metadata_for(

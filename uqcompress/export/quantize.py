@@ -40,17 +40,21 @@ STATIC_OPS = ("MatMul", "Gemm")
 
 def uncertainty_tail(model: Any) -> list[str]:
     """Names of the nodes that compute the contract's outputs from the classifier head:
-    everything downstream of the nearest MatMul/Gemm above `member_logits` (that node
-    excluded). Raises ArtifactError when the graph has no such node."""
+    everything downstream of the nearest MatMul/Gemms above `member_logits` (those nodes
+    excluded; an ensemble exported with one GEMM per member has M of them at that depth).
+    Raises ArtifactError when the graph has no such node."""
     graph = model.graph
     producer = {out: node for node in graph.node for out in node.output}
     consumers: dict[str, list[Any]] = {}
     for node in graph.node:
         for name in node.input:
             consumers.setdefault(name, []).append(node)
-    # breadth-first up from member_logits: the nearest MatMul/Gemm is the classifier head
-    head, frontier, seen = None, [contract.OUTPUT_NAMES[0]], set()
-    while frontier and head is None:
+    # breadth-first up from member_logits: the nearest MatMul/Gemms are the classifier head
+    # (every one at that depth: M per-member heads)
+    heads: list[Any] = []
+    frontier: list[str] = [contract.OUTPUT_NAMES[0]]
+    seen: set[int] = set()
+    while frontier and not heads:
         following: list[str] = []
         for tensor in frontier:
             node = producer.get(tensor)
@@ -58,18 +62,18 @@ def uncertainty_tail(model: Any) -> list[str]:
                 continue
             seen.add(id(node))
             if node.op_type in HEAD_OPS:
-                head = node
-                break
+                heads.append(node)
+                continue
             following.extend(node.input)
         frontier = following
-    if head is None:
+    if not heads:
         raise ArtifactError(
             "the graph computes member_logits without a MatMul/Gemm classifier head; cannot "
             "tell the uncertainty tail from the layers to quantize",
             hint="pass an ONNX artifact written by uqc export",
         )
     tail: dict[str, None] = {}
-    stack = list(head.output)
+    stack = [out for head in heads for out in head.output]
     while stack:
         for node in consumers.get(stack.pop(), []):
             if node.name not in tail:
