@@ -415,7 +415,8 @@ def _served(
     return Result(mode, len(bodies), concurrency, wall, latencies, calls, server_cpu, client_cpu)
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
+    """The options, every count bounded before anything is built."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--family", choices=("bert", "vit", "both"), default="both")
     parser.add_argument("--requests", type=int, default=400)
@@ -431,6 +432,11 @@ def main() -> None:
         raise SystemExit("--requests must be 1..100000 and --concurrency 1..256")
     if not 1 <= args.max_batch <= 256 or not 0 <= args.max_wait_ms <= 1000:
         raise SystemExit("--max-batch must be 1..256 and --max-wait-ms 0..1000")
+    return args
+
+
+def main() -> None:
+    args = parse_args()
     families = ["bert", "vit"] if args.family == "both" else [args.family]
     with tempfile.TemporaryDirectory() as tmp:
         root = args.keep or Path(tmp)
