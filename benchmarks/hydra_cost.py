@@ -660,6 +660,13 @@ def parse_args() -> argparse.Namespace:
         args.warmup = 1 if args.quick else 2
     if args.members is None:
         args.members = list(MEMBERS_QUICK if args.quick else MEMBERS_FULL)
+    # every count bounded before anything is built (as benchmarks/hydra_trunk.py)
+    if not all(2 <= m <= 8 for m in args.members) or not 1 <= args.threads <= 64:
+        raise SystemExit("--members must be 2..8 and --threads 1..64")
+    if not 1 <= args.repeats <= 1000 or not 0 <= args.warmup <= 100:
+        raise SystemExit("--repeats must be 1..1000 and --warmup 0..100")
+    if not 1 <= args.seq_len <= 512:
+        raise SystemExit("--seq-len must be 1..512 (the text shapes' position tables)")
     return args
 
 
