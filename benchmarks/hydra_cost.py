@@ -625,6 +625,14 @@ def estimate_note(rows: Sequence[CostRow]) -> str:
 log = stderr_logger("hydra_cost")
 
 
+MAX_THREADS = 64
+
+
+def default_threads() -> int:
+    """Every core, up to MAX_THREADS: a bigger machine's default is not refused."""
+    return min(os.cpu_count() or 1, MAX_THREADS)
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smoke run: 2 layers, M 2 and 3")
@@ -632,8 +640,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--threads",
         type=int,
-        default=os.cpu_count() or 1,
-        help="torch threads and ONNX Runtime intra-op threads (default: os.cpu_count())",
+        default=default_threads(),
+        help=f"torch threads and ONNX Runtime intra-op threads (default: the cores, at most "
+        f"{MAX_THREADS})",
     )
     parser.add_argument("--repeats", type=int, help="timed runs per latency (default 10, quick 3)")
     parser.add_argument("--warmup", type=int, help="untimed runs first (default 2, quick 1)")
@@ -661,8 +670,8 @@ def parse_args() -> argparse.Namespace:
     if args.members is None:
         args.members = list(MEMBERS_QUICK if args.quick else MEMBERS_FULL)
     # every count bounded before anything is built (as benchmarks/hydra_trunk.py)
-    if not all(2 <= m <= 8 for m in args.members) or not 1 <= args.threads <= 64:
-        raise SystemExit("--members must be 2..8 and --threads 1..64")
+    if not all(2 <= m <= 8 for m in args.members) or not 1 <= args.threads <= MAX_THREADS:
+        raise SystemExit(f"--members must be 2..8 and --threads 1..{MAX_THREADS}")
     if not 1 <= args.repeats <= 1000 or not 0 <= args.warmup <= 100:
         raise SystemExit("--repeats must be 1..1000 and --warmup 0..100")
     if not 1 <= args.seq_len <= 512:

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import os
 import sys
 import tempfile
 import time
@@ -41,7 +40,14 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from hydra_cost import interleaved_medians, ort_runner, partition_keep, torch_inputs
+from hydra_cost import (
+    MAX_THREADS,
+    default_threads,
+    interleaved_medians,
+    ort_runner,
+    partition_keep,
+    torch_inputs,
+)
 from prune_speed import (
     BATCHES,
     BERT_VOCAB,
@@ -197,7 +203,7 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smoke run: 2 layers, 3 repeats")
     parser.add_argument("--markdown", action="store_true", help="also print a Markdown table")
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--threads", type=int, default=default_threads())
     parser.add_argument("--repeats", type=int, help="timed runs per latency (default 10, quick 3)")
     parser.add_argument("--warmup", type=int, help="untimed runs first (default 2, quick 1)")
     parser.add_argument("--members", type=int, default=3, help="ensemble size M (default 3)")
@@ -213,8 +219,8 @@ def parse_args() -> argparse.Namespace:
         "--int8", action="store_true", help="also each configuration dynamically int8-quantized"
     )
     args = parser.parse_args()
-    if not 2 <= args.members <= 8 or not 1 <= args.threads <= 64:
-        raise SystemExit("--members must be 2..8 and --threads 1..64")
+    if not 2 <= args.members <= 8 or not 1 <= args.threads <= MAX_THREADS:
+        raise SystemExit(f"--members must be 2..8 and --threads 1..{MAX_THREADS}")
     args.repeats = args.repeats or (3 if args.quick else 10)
     args.warmup = args.warmup or (1 if args.quick else 2)
     if not 1 <= args.repeats <= 1000 or not 1 <= args.warmup <= 100:

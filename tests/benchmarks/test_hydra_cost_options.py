@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import hydra_cost  # noqa: E402
+from tests.benchmarks.script_args import benchmark, parsed, refusal
+
+hydra_cost = benchmark("hydra_cost")
 
 
 @pytest.mark.parametrize(
@@ -27,14 +24,18 @@ import hydra_cost  # noqa: E402
 def test_hydra_cost_refuses_out_of_range_counts_with_the_range(
     argv: list[str], named: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sys, "argv", ["hydra_cost.py", *argv])
-    with pytest.raises(SystemExit) as stopped:
-        hydra_cost.parse_args()
-    assert named in str(stopped.value.code) and ".." in str(stopped.value.code)
+    message = refusal(hydra_cost, argv, monkeypatch)
+    assert named in message and ".." in message
 
 
 def test_hydra_cost_accepts_its_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
     argv = ["--members", "2", "8", "--threads", "64", "--repeats", "1000", "--warmup", "100"]
-    monkeypatch.setattr(sys, "argv", ["hydra_cost.py", *argv, "--seq-len", "512"])
-    args = hydra_cost.parse_args()
+    args = parsed(hydra_cost, [*argv, "--seq-len", "512"], monkeypatch)
     assert (args.members, args.repeats, args.warmup, args.seq_len) == ([2, 8], 1000, 100, 512)
+
+
+def test_the_default_threads_on_a_bigger_machine_are_capped_not_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("os.cpu_count", lambda: 128)
+    assert parsed(hydra_cost, [], monkeypatch).threads == 64

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import hydra_trunk  # noqa: E402
+from tests.benchmarks.script_args import benchmark, parsed, refusal
+
+hydra_trunk = benchmark("hydra_trunk")
 
 
 @pytest.mark.parametrize(
@@ -27,14 +24,18 @@ import hydra_trunk  # noqa: E402
 def test_out_of_range_counts_are_refused_with_the_range(
     argv: list[str], names: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sys, "argv", ["hydra_trunk.py", *argv])
-    with pytest.raises(SystemExit) as stopped:
-        hydra_trunk.parse_args()
-    assert names in str(stopped.value.code) and ".." in str(stopped.value.code)
+    message = refusal(hydra_trunk, argv, monkeypatch)
+    assert names in message and ".." in message
 
 
 def test_the_bounds_themselves_are_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
     argv = ["--members", "8", "--threads", "64", "--repeats", "1000", "--warmup", "100"]
-    monkeypatch.setattr(sys, "argv", ["hydra_trunk.py", *argv, "--seq-len", "512"])
-    args = hydra_trunk.parse_args()
+    args = parsed(hydra_trunk, [*argv, "--seq-len", "512"], monkeypatch)
     assert (args.members, args.repeats, args.warmup, args.seq_len) == (8, 1000, 100, 512)
+
+
+def test_the_default_threads_on_a_bigger_machine_are_capped_not_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("os.cpu_count", lambda: 128)
+    assert parsed(hydra_trunk, [], monkeypatch).threads == 64

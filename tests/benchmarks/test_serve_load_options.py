@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import serve_load  # noqa: E402
+from tests.benchmarks.script_args import benchmark, parsed, refusal
+
+serve_load = benchmark("serve_load")
 
 
 @pytest.mark.parametrize(
@@ -26,16 +23,13 @@ import serve_load  # noqa: E402
 def test_serve_load_refuses_out_of_range_counts_with_the_range(
     argv: list[str], named: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sys, "argv", ["serve_load.py", *argv])
-    with pytest.raises(SystemExit) as stopped:
-        serve_load.parse_args()
-    assert named in str(stopped.value.code) and ".." in str(stopped.value.code)
+    message = refusal(serve_load, argv, monkeypatch)
+    assert named in message and ".." in message
 
 
 def test_serve_load_accepts_its_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
     argv = ["--requests", "100000", "--concurrency", "256", "--max-batch", "256"]
-    monkeypatch.setattr(sys, "argv", ["serve_load.py", *argv, "--max-wait-ms", "1000"])
-    args = serve_load.parse_args()
+    args = parsed(serve_load, [*argv, "--max-wait-ms", "1000"], monkeypatch)
     assert (args.requests, args.concurrency, args.max_batch, args.max_wait_ms) == (
         100_000,
         256,
