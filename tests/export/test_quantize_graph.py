@@ -1,5 +1,5 @@
-"""export/quantize.py's graph passes, on hand-built ONNX graphs (the command end to end is in
-tests/steps/test_quantize.py)."""
+"""export/quantize.py's graph passes, on hand-built ONNX graphs, and its drift gate on
+hand-made outputs (the command end to end is in tests/steps/test_quantize.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from uqcompress.export.quantize import fold_weight_transposes
+from uqcompress.export.quantize import Bounds, fold_weight_transposes, measure_drift
+from uqcompress.uq.outputs import OUTPUT_FIELDS
 
 
 def _shared_weight_graph() -> onnx.ModelProto:
@@ -182,3 +184,69 @@ def test_the_uncertainty_tail_starts_after_every_members_classifier(tmp_path: Pa
         if i in produced_by and produced_by[i].op_type == "MatMul"
     }
     assert len(heads_read) == 3 and not heads_read & tail
+
+
+class _FixedOutputs:
+    """A stand-in Predictor whose `run` returns the given probabilities, row by row as fed
+    (the batch carries the row indices)."""
+
+    noise = None
+    calibration = None
+
+    def __init__(self, probs: np.ndarray) -> None:
+        self.probs = probs
+
+    def run(self, batch: dict[str, np.ndarray]) -> object:
+        p = self.probs[batch["rows"]]
+        entropy = -np.sum(p * np.log(p), axis=1)
+        values = {
+            "member_logits": np.log(p)[:, None, :],
+            "probs": p,
+            "entropy": entropy,
+            "mutual_info": np.zeros(len(p)),
+        }
+        return type("Outputs", (), {name: values[name] for name in OUTPUT_FIELDS})()
+
+
+def _gate(before: np.ndarray, after: np.ndarray, labels: np.ndarray) -> dict[str, object]:
+    batches = [{"rows": np.arange(i, min(i + 50, len(labels)))} for i in range(0, len(labels), 50)]
+    drift = measure_drift(
+        _FixedOutputs(before), _FixedOutputs(after), batches, labels, {}, Bounds()
+    )
+    return {c.name: c.passed for c in drift.checks} | {"deltas": drift.deltas}
+
+
+def test_the_gate_does_not_refuse_rows_that_only_cross_a_ece_bin_edge() -> None:
+    # 200 gate rows, 40 of them on either side of the 0.8 bin edge; an "int8" model that
+    # moves every confidence by 2e-6 and flips nothing. The plain ECE difference is 0.01 or
+    # more (a gate on it would refuse); the change on fixed bins is ~0.
+    rng = np.random.default_rng(3)
+    conf = np.concatenate(
+        [np.full(20, 0.8 - 1e-6), np.full(20, 0.8 + 1e-6), rng.uniform(0.5, 1, 160)]
+    )
+    labels = np.concatenate(
+        [np.zeros(20), np.tile([0, 1], 10), (rng.uniform(size=160) > conf[40:])]
+    ).astype(int)
+    before = np.stack([conf, 1 - conf], axis=1)
+    after = np.stack([conf + 2e-6, 1 - conf - 2e-6], axis=1)
+    gate = _gate(before, after, labels)
+    deltas = gate["deltas"]
+    assert isinstance(deltas, dict)
+    assert abs(deltas["ece_plain"]) >= 0.01
+    assert abs(deltas["ece"]) <= 2e-6 and gate["ece_delta"] is True
+
+
+def test_the_gate_refuses_a_model_grown_overconfident() -> None:
+    # Calibrated at 0.7 (70 of 100 right, then 100 more at 0.9 with 90 right); the quantized
+    # model says 0.8 and 0.99: the same argmax everywhere, 0.095 more confident on average.
+    conf = np.concatenate([np.full(100, 0.7), np.full(100, 0.9)])
+    labels = np.concatenate([np.zeros(70), np.ones(30), np.zeros(90), np.ones(10)]).astype(int)
+    shifted = np.concatenate([np.full(100, 0.8), np.full(100, 0.99)])
+    before = np.stack([conf, 1 - conf], axis=1)
+    after = np.stack([shifted, 1 - shifted], axis=1)
+    gate = _gate(before, after, labels)
+    deltas = gate["deltas"]
+    assert isinstance(deltas, dict)
+    assert gate["agreement"] is True
+    assert deltas["ece"] == pytest.approx(0.095) and deltas["ece_plain"] == pytest.approx(0.095)
+    assert gate["ece_delta"] is False

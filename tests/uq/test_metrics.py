@@ -19,6 +19,7 @@ from uqcompress.uq.metrics import (
     brier,
     classification_metrics,
     ece,
+    ece_change,
     nll,
     reliability_bins,
 )
@@ -194,6 +195,57 @@ def test_ece_equals_weighted_gap_from_bins_on_random_data() -> None:
         if (idx == b).any()
     )
     assert value == pytest.approx(ref, rel=1e-12)
+
+
+def _two_class(conf: np.ndarray) -> np.ndarray:
+    return np.stack([conf, 1.0 - conf], axis=1)
+
+
+def test_ece_change_of_identical_models_is_zero_and_starts_from_ece() -> None:
+    probs, labels = _random_problem(300, 4, 21)
+    assert ece_change(probs, probs, labels) == 0.0
+    # Rows that stay in their bins: the same number as the plain difference of the ECEs.
+    sharper = probs**1.02 / np.sum(probs**1.02, axis=1, keepdims=True)
+    same_bins = np.floor(probs.max(1) * 15) == np.floor(sharper.max(1) * 15)
+    p0, p1, y = probs[same_bins], sharper[same_bins], labels[same_bins]
+    assert ece_change(p0, p1, y) == pytest.approx(ece(p1, y) - ece(p0, y), abs=1e-12)
+
+
+def test_ece_change_ignores_rows_crossing_a_bin_edge() -> None:
+    # 20 rows just under the 0.8 edge (all correct) and 20 just above it (half correct): a
+    # shift of 2e-6 moves the first 20 across the edge. The plain ECE difference jumps by
+    # 0.05 though no prediction changed and no confidence moved by more than 2e-6.
+    conf = np.array([0.8 - 1e-6] * 20 + [0.8 + 1e-6] * 20)
+    labels = np.array([0] * 20 + [0, 1] * 10)
+    before, after = _two_class(conf), _two_class(conf + 2e-6)
+    assert abs(ece(after, labels) - ece(before, labels)) > 0.05
+    assert abs(ece_change(before, after, labels)) <= 2e-6 + 1e-12
+
+
+def test_ece_change_is_bounded_by_what_changed() -> None:
+    rng = np.random.default_rng(5)
+    for _ in range(20):
+        before, labels = _random_problem(200, 3, int(rng.integers(1 << 30)))
+        logits = np.log(before) + rng.normal(0.0, 0.05, before.shape)
+        after = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+        right0, right1 = before.argmax(1) == labels, after.argmax(1) == labels
+        bound = np.mean(right0 != right1) + np.mean(np.abs(after.max(1) - before.max(1)))
+        assert abs(ece_change(before, after, labels)) <= bound + 1e-12
+
+
+def test_ece_change_sees_a_model_grown_overconfident() -> None:
+    # Calibrated at 0.7 (70 of 100 right); the same predictions at 0.9 are 0.2 overconfident.
+    labels = np.array([0] * 70 + [1] * 30)
+    before, after = _two_class(np.full(100, 0.7)), _two_class(np.full(100, 0.9))
+    assert ece(before, labels) == pytest.approx(0.0, abs=1e-12)
+    assert ece_change(before, after, labels) == pytest.approx(0.2, abs=1e-12)
+
+
+def test_ece_change_refuses_mismatched_shapes() -> None:
+    probs, labels = _random_problem(10, 3, 0)
+    fewer = probs[:, :2] / probs[:, :2].sum(1, keepdims=True)
+    with pytest.raises(ValueError, match="same shape"):
+        ece_change(probs, fewer, labels % 2)
 
 
 # --------------------------------------------------------------------------- summary dict

@@ -108,7 +108,9 @@ class QuantizeConfig:
     min_agreement: float = fields.described(
         0.99, help="Gate: smallest fraction of argmax predictions kept."
     )
-    max_ece_delta: float = fields.described(0.01, help="Gate: largest |ECE change| (15 bins).")
+    max_ece_delta: float = fields.described(
+        0.01, help="Gate: largest |ECE change| (15 bins, both models on the fp32 model's bins)."
+    )
     max_nll_delta: float = fields.described(0.02, help="Gate: largest |NLL change| (nats).")
     # None: 0.01 with --ood; set without --ood it would bound nothing, so it is refused
     max_auroc_drop: float | None = fields.described(

@@ -29,6 +29,7 @@ __all__ = [
     "classification_metrics",
     "disagreement",
     "ece",
+    "ece_change",
     "macro_f1",
     "matthews_corrcoef",
     "member_mutual_information",
@@ -190,6 +191,41 @@ def ece(probs: FloatArray, labels: IntArray, n_bins: int = 15) -> float:
     weights = count[nonempty] / count.sum()
     gaps = np.abs(bins["accuracy"][nonempty] - bins["confidence"][nonempty])
     return float(np.sum(weights * gaps))
+
+
+def ece_change(before: FloatArray, after: FloatArray, labels: IntArray, n_bins: int = 15) -> float:
+    """How much the ECE of a model changed from ``before`` to ``after`` (the same examples),
+    with both binned by ``before``'s confidence: ``ECE'(after) - ECE(before)``, where
+    ``ECE'`` uses the bins :func:`reliability_bins` puts ``before``'s rows in.
+
+    Why not ``ece(after) - ece(before)``: that difference is discontinuous in the
+    probabilities. A confidence change of 1e-6 that moves a row across a bin edge moves two
+    bins' accuracies at once, by about ``1 / |bin|`` each, so on a few hundred rows the
+    plain difference of two nearly identical models can exceed 0.01. With the bins held
+    fixed the change is bounded by what really changed:
+    ``|change| <= (rows whose correctness changed) / N + mean_i |conf'_i - conf_i|``,
+    and it is 0 for identical probabilities. A model that really grows over- or
+    under-confident still moves it by the size of that shift.
+
+    Shape:
+        - before, after: ``[N, C]``; labels: ``[N]``; output: scalar in ``[-1, 1]``.
+    """
+    _check_n_bins(n_bins)
+    p0, y = _validate(before, labels)
+    p1, _ = _validate(after, labels)
+    if p0.shape != p1.shape:
+        raise ValueError(
+            f"before and after must have the same shape; got {p0.shape} and {p1.shape}"
+        )
+    edges = np.arange(int(n_bins) + 1, dtype=np.float64) / int(n_bins)
+    idx = np.clip(np.searchsorted(edges, np.max(p0, axis=1), side="right") - 1, 0, n_bins - 1)
+
+    def binned_ece(p: npt.NDArray[np.float64]) -> float:
+        correct = (np.argmax(p, axis=1) == y).astype(np.float64)
+        gap = np.bincount(idx, weights=correct - np.max(p, axis=1), minlength=n_bins)
+        return float(np.sum(np.abs(gap)) / len(y))
+
+    return binned_ece(p1) - binned_ece(p0)
 
 
 def _confusion(probs: FloatArray, labels: IntArray) -> npt.NDArray[np.int64]:
