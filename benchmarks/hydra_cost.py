@@ -30,7 +30,9 @@ side (`--models` picks some of the five by name, comma-separated):
   that (K/V columns copied for every query slot, `fuse(..., grouped_kv=False)`). A row
   "Hydra, batched member GEMMs" is the same Hydra exported with its member-wise maps (fused
   Q/K/V, attention output, pooler, classifier) as batched `[M, in, out]` MatMuls, the
-  layout before one 2-D GEMM per member (`export_graph(..., member_gemms=False)`).
+  layout before one 2-D GEMM per member (`export_graph(..., member_gemms=False)`). With
+  `--mlp-ratio r`, a row "Hydra, own MLPs": the same members with their MLPs cut to r of
+  the neurons each (`uqc prune --mlp-ratio r`), each keeping its own MLP when fused.
 
 Every configuration runs what `export.graph.graph_for` wraps around its model (member logits,
 probabilities, entropy, mutual information), in torch and, exported at opset 18, in ONNX
@@ -151,6 +153,7 @@ NOTE_VS_SINGLE, NOTE_VS_ENSEMBLE = 2.3, 0.78
 SINGLE, ENSEMBLE, HYDRA = "single", "deep ensemble", "Hydra"
 PER_QUERY = "Hydra, K/V per query slot"  # GQA rows: the layout before grouped K/V
 BATCHED = "Hydra, batched member GEMMs"  # the ONNX layout before one 2-D GEMM per member
+OWN_MLPS = "Hydra, own MLPs"  # --mlp-ratio: members narrowed as `uqc prune --mlp-ratio` does
 
 
 @dataclass
@@ -224,21 +227,31 @@ def torch_inputs(loaded: LoadedModel, batch: int, seq_len: int, seed: int) -> di
 
 
 def build_hydra(
-    base: LoadedModel, members: int, check: dict[str, Any], grouped_kv: bool = True
+    base: LoadedModel,
+    members: int,
+    check: dict[str, Any],
+    grouped_kv: bool = True,
+    mlp_ratio: float = 1.0,
 ) -> tuple[LoadedModel, float]:
     """The Hydra model of `members` partition-pruned copies of `base` (`member_keeps`), and
     the largest |member logit| difference between it and the members run one by one on
-    `check`. `grouped_kv=False`: the per-query K/V layout (`methods.hydra.fuse`)."""
+    `check`. `grouped_kv=False`: the per-query K/V layout (`methods.hydra.fuse`);
+    `mlp_ratio` < 1: each member's MLP keeps that share of the neurons, as `uqc prune
+    --mlp-ratio` cuts them, and keeps it as its own in the fused model."""
     import torch
 
     from uqcompress.methods.hydra import fuse
+    from uqcompress.methods.mlp_width import member_mlp_neurons
     from uqcompress.models.outputs import member_logits
-    from uqcompress.models.surgery import prune_heads
+    from uqcompress.models.surgery import narrow_mlp, prune_heads
 
+    neurons = member_mlp_neurons(base, members, mlp_ratio) if mlp_ratio < 1.0 else None
     parts = []
-    for keep in member_keeps(base, members):
+    for m, keep in enumerate(member_keeps(base, members)):
         part = copy.deepcopy(base)
         prune_heads(part, keep)
+        if neurons is not None:
+            narrow_mlp(part, neurons[m])
         parts.append(part)
     hydra = fuse(parts, grouped_kv=grouped_kv)
     with torch.inference_mode():
@@ -403,16 +416,19 @@ def build_configs(
             [path] * members,
         )
         configs.append(ensemble)
-        layouts = [(HYDRA, True, True), (BATCHED, True, False)]
+        layouts = [(HYDRA, True, True, 1.0), (BATCHED, True, False, 1.0)]
         if kv_heads < heads:
-            layouts.append((PER_QUERY, False, True))
-        for kind, grouped, member_gemms in layouts:
+            layouts.append((PER_QUERY, False, True, 1.0))
+        if args.mlp_ratio is not None and dense.family.mlp_width_key is not None:
+            layouts.append((OWN_MLPS, True, True, args.mlp_ratio))  # (not DINOv2: refused)
+        for kind, grouped, member_gemms, ratio in layouts:
             log(f"{shape.name}: fusing {kind} M={members}")
-            hydra, gap = build_hydra(dense, members, check, grouped_kv=grouped)
+            hydra, gap = build_hydra(dense, members, check, grouped, ratio)
             spec = HydraSpec.from_config(hydra.config)
             slots = [spec.slots(layer) for layer in range(spec.layers)]
             kv_slots = [spec.kv_slots(layer) for layer in range(spec.layers)]
             suffix = ("" if grouped else "-per-query") + ("" if member_gemms else "-batched")
+            suffix += "" if ratio == 1.0 else "-own-mlps"
             configs.append(
                 Config(
                     kind,
@@ -584,6 +600,11 @@ def ratio_table(rows: Sequence[CostRow], args: argparse.Namespace) -> Table:
             if batched:  # the ONNX layout before one 2-D GEMM per member
                 pairs.append(("batched member GEMMs / deep ensemble", batched[0], ensemble))
                 pairs.append(("Hydra / batched member GEMMs", hydra, batched[0]))
+            own = [r for r in rows if (r.model, r.kind, r.members) == (model, OWN_MLPS, members)]
+            if own:  # --mlp-ratio: members with MLP neurons of their own
+                r = args.mlp_ratio
+                pairs.append((f"own MLPs r={r:g} / single", own[0], single))
+                pairs.append((f"own MLPs r={r:g} / deep ensemble", own[0], ensemble))
             for label, top, bottom in pairs:
                 values = [top.params / bottom.params, top.flops / bottom.flops]
                 values += [top.torch_latency[b] / bottom.torch_latency[b] for b in BATCHES]
@@ -654,6 +675,12 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--seed", type=int, default=0, help="weights and inputs (default 0)")
     parser.add_argument(
+        "--mlp-ratio",
+        type=float,
+        help="also a Hydra of members whose MLPs keep this share of the neurons each "
+        "(uqc prune --mlp-ratio), in (0, 1)",
+    )
+    parser.add_argument(
         "--models",
         type=model_names,
         help="comma-separated models (default all: BERT-base,RoBERTa-base,ViT-B/16,"
@@ -676,6 +703,8 @@ def parse_args() -> argparse.Namespace:
         raise SystemExit("--repeats must be 1..1000 and --warmup 0..100")
     if not 1 <= args.seq_len <= 512:
         raise SystemExit("--seq-len must be 1..512 (the text shapes' position tables)")
+    if args.mlp_ratio is not None and not 0 < args.mlp_ratio < 1:
+        raise SystemExit("--mlp-ratio must be in (0, 1): 1 is the Hydra row itself")
     return args
 
 

@@ -10,7 +10,9 @@ information):
 - single: the dense model; deep ensemble: it run M times, one pass after another;
 - Hydra with K = 0 (the paper's), L/4, L/2 and 3L/4 shared blocks (`--shared` overrides):
   the first K blocks run once with every head some member kept (with the partition split:
-  all H heads, the dense model's own block), the members branch after them.
+  all H heads, the dense model's own block), the members branch after them;
+- with `--mlp-ratios`, Hydra (K = 0) of members that keep r of the MLP neurons each
+  (`uqc prune --mlp-ratio r`): each member runs its own narrower MLP.
 
 Per configuration: median ONNX Runtime latency per batch (batch 1 and 8, all configurations
 of a batch size interleaved in turns, `hydra_cost.interleaved_medians`), its ratio to the
@@ -27,6 +29,7 @@ real data: `benchmarks/real_text.py` is where to measure it; random weights say 
 
     .venv/bin/python benchmarks/hydra_trunk.py [--quick] [--members 3] [--markdown]
         [--models BERT-base,MiniLM-L6,ViT-B/16] [--shared 0,3,6,9] [--threads 2] [--int8]
+        [--mlp-ratios 0.5,0.667]
 """
 
 from __future__ import annotations
@@ -100,6 +103,21 @@ def trunk_flops(loaded: Any, tokens: int, members: int, spec: Any) -> int:
     return 2 * macs
 
 
+def narrowed(members: list[Any], dense: Any, ratio: float) -> list[Any]:
+    """Copies of `members` whose MLPs keep `ratio` of the neurons each, as `uqc prune
+    --mlp-ratio` cuts them (ranked on the dense model, dealt round-robin)."""
+    from uqcompress.methods.mlp_width import member_mlp_neurons
+    from uqcompress.models.surgery import narrow_mlp
+
+    neurons = member_mlp_neurons(dense, len(members), ratio)
+    copies = []
+    for member, kept in zip(members, neurons, strict=True):
+        part = copy.deepcopy(member)
+        narrow_mlp(part, kept)
+        copies.append(part)
+    return copies
+
+
 def measure(shape: Any, args: argparse.Namespace) -> list[list[str]]:
     import numpy as np
     import torch
@@ -136,17 +154,18 @@ def measure(shape: Any, args: argparse.Namespace) -> list[list[str]]:
         graphs: dict[str, Any] = {"single": graph_for(dense.model, dense.input_kind)}
         flops = {"single": single_flops, "deep ensemble": m * single_flops}
         gaps: dict[str, str] = {"single": "-", "deep ensemble": "-"}
-        for k in shared:
-            name = f"Hydra K={k}"
+        fusions = [(f"Hydra K={k}", members, k) for k in shared]
+        fusions += [(f"Hydra r={r:g}", narrowed(members, dense, r), 0) for r in args.mlp_ratios]
+        for name, fused_members, k in fusions:
             log(f"{shape.name}: fusing {name}")
-            hydra = fuse(members, shared_layers=k)
+            hydra = fuse(fused_members, shared_layers=k)
             with torch.inference_mode():
                 fused = member_logits(hydra.model, check)
-                reference = shared_weight_members(members, shared_layers=k)
+                reference = shared_weight_members(fused_members, shared_layers=k)
                 alone = torch.stack([r.model(**check).logits for r in reference], dim=1)
             gaps[name] = f"{float((fused - alone).abs().max()):.1e}"
             graphs[name] = graph_for(hydra.model, hydra.input_kind)
-            paths[name] = Path(tmp) / f"hydra-{k}.onnx"
+            paths[name] = Path(tmp) / f"hydra-{len(paths)}.onnx"
             flops[name] = trunk_flops(hydra, tokens, m, hydra.model.spec)
         for name, graph in graphs.items():
             log(f"{shape.name}: exporting {name}")
@@ -159,7 +178,7 @@ def measure(shape: Any, args: argparse.Namespace) -> list[list[str]]:
                 quantize_graph(paths[name], paths[f"{name} int8"], "dynamic", work_dir=Path(tmp))
                 flops[f"{name} int8"] = flops[name]
         sessions = {name: ort_session(path, args.threads) for name, path in paths.items()}
-        order = ["single", "deep ensemble", *(f"Hydra K={k}" for k in shared)]
+        order = ["single", "deep ensemble", *(name for name, _, _ in fusions)]
         order += [name for name in paths if name.endswith(" int8")]
         runs = {name: [sessions[name]] for name in sessions}
         runs["deep ensemble"] = [sessions["single"]] * m
@@ -212,6 +231,13 @@ def parse_args() -> argparse.Namespace:
         type=lambda s: [int(k) for k in s.split(",")],
         help="comma-separated K (default 0, L/4, L/2, 3L/4)",
     )
+    parser.add_argument(
+        "--mlp-ratios",
+        type=lambda s: [float(r) for r in s.split(",")],
+        default=[],
+        help="comma-separated r: also a Hydra (K = 0) of members whose MLPs keep r of the "
+        "neurons each (uqc prune --mlp-ratio r)",
+    )
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--models", type=model_names, default=model_names("BERT-base"))
@@ -225,6 +251,8 @@ def parse_args() -> argparse.Namespace:
     args.warmup = args.warmup or (1 if args.quick else 2)
     if not 1 <= args.repeats <= 1000 or not 1 <= args.warmup <= 100:
         raise SystemExit("--repeats must be 1..1000 and --warmup 1..100")
+    if not all(0 < r <= 1 for r in args.mlp_ratios) or len(args.mlp_ratios) > 8:
+        raise SystemExit("--mlp-ratios takes at most 8 values, each in (0, 1]")
     if not 1 <= args.seq_len <= MAX_SEQ_LEN:
         raise SystemExit(f"--seq-len must be 1..{MAX_SEQ_LEN} (BERT's position table)")
     return args

@@ -23,7 +23,8 @@ console script's entry, so imports are paid once): a single fine-tuned model (be
 val), 50% of heads pruned globally by Taylor, HIES (its alpha chosen on val among
 HIES_ALPHAS) and the head-map search, a deep ensemble of 3, Hydra M = 3 (uqc's pipeline: one
 HIES ranking partitioned into members, fused, fine-tuned jointly; the same with the first
-L/4, L/2, 3L/4 or all but the last block shared as one trunk, `fuse --shared-layers`; the
+L/4, L/2, 3L/4 or all but the last block shared as one trunk, `fuse --shared-layers`; with
+each member's MLP cut to a half or two thirds of its neurons, `prune --mlp-ratio`; the
 paper's Taylor and Circ variants: members of k = H/M heads per layer from differently
 seeded Taylor scores or HeadMap circuits, fine-tuned one by one, then fused), SVE post hoc
 and as the fine-tuning itself, DIRECTOR and MC Dropout. Each is evaluated on val
@@ -365,6 +366,25 @@ class Plan:
         args = self.train_args(self.sizes.member_epochs, 0, lr="5e-5")
         return self.uqc(f"hydra-3-shared{shared}", "finetune", fused, *args)
 
+    def hydra_mlp(self, ratio: str) -> Path:
+        """uqc's pipeline with member-local MLP width: the same members, each keeping `ratio`
+        of the MLP neurons (`prune --mlp-ratio`, dealt by weight magnitude), fused with
+        their own MLPs, then fine-tuned jointly."""
+        members = self.uqc(
+            f"hydra-members-mlp{ratio}",
+            "prune",
+            self.scores("hies"),
+            "--members",
+            "3",
+            "--select",
+            "partition",
+            "--mlp-ratio",
+            ratio,
+        )
+        fused = self.uqc(f"hydra-fused-mlp{ratio}", "fuse", members)
+        args = self.train_args(self.sizes.member_epochs, 0, lr="5e-5")
+        return self.uqc(f"hydra-3-mlp{ratio}", "finetune", fused, *args)
+
     def hydra_taylor(self) -> Path:
         """The paper's Taylor variant: M members from differently seeded Taylor scores, each
         keeping k = H/M heads of every layer (4 of MiniLM's 12) and fine-tuned on its own,
@@ -421,6 +441,8 @@ ROWS: tuple[Row, ...] = (
     Row("hydra-3-shared-half", lambda p: [p.hydra_shared(0.5)]),
     Row("hydra-3-shared-three-quarters", lambda p: [p.hydra_shared(0.75)]),
     Row("hydra-3-shared-all-but-last", lambda p: [p.hydra_shared(1.0)]),
+    Row("hydra-3-mlp-half", lambda p: [p.hydra_mlp("0.5")]),
+    Row("hydra-3-mlp-two-thirds", lambda p: [p.hydra_mlp("0.667")]),
     Row("hydra-3-taylor-paper", lambda p: [p.hydra_taylor()]),
     Row("hydra-3-circ-paper", lambda p: [p.hydra_circ()]),
     Row("sve-post-hoc", lambda p: [p.sve_post_hoc()]),

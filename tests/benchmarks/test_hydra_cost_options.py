@@ -39,3 +39,11 @@ def test_the_default_threads_on_a_bigger_machine_are_capped_not_refused(
 ) -> None:
     monkeypatch.setattr("os.cpu_count", lambda: 128)
     assert parsed(hydra_cost, [], monkeypatch).threads == 64
+
+
+@pytest.mark.parametrize("value", ["0", "1", "1.5", "-0.5"])
+def test_an_mlp_ratio_outside_zero_to_one_is_refused(
+    value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert "--mlp-ratio" in refusal(hydra_cost, ["--mlp-ratio", value], monkeypatch)
+    assert parsed(hydra_cost, ["--mlp-ratio", "0.5"], monkeypatch).mlp_ratio == 0.5

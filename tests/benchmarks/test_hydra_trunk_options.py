@@ -39,3 +39,11 @@ def test_the_default_threads_on_a_bigger_machine_are_capped_not_refused(
 ) -> None:
     monkeypatch.setattr("os.cpu_count", lambda: 128)
     assert parsed(hydra_trunk, [], monkeypatch).threads == 64
+
+
+@pytest.mark.parametrize("value", ["0", "1.5", "-0.5", ",".join(["0.5"] * 9)])
+def test_mlp_ratios_outside_zero_to_one_or_too_many_are_refused(
+    value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert "--mlp-ratios" in refusal(hydra_trunk, ["--mlp-ratios", value], monkeypatch)
+    assert parsed(hydra_trunk, ["--mlp-ratios", "0.5,1"], monkeypatch).mlp_ratios == [0.5, 1.0]

@@ -113,6 +113,11 @@ def test_quick_run_produces_every_row_and_column(tmp_path: Path, capsys) -> None
     assert len(list((tmp_path / "work").glob("hydra-fused-shared*"))) == 1
     params = {r["row"]: r["metrics"]["parameters"] for r in records if r["variant"] == "torch"}
     assert params["pruned-hies"] < params["single"]
+    # member-local MLP width: 3 members, each with its own narrower MLP; 3 MLPs of r of the
+    # width hold r x 3 of the one shared MLP's weights (1.5 and 2 here)
+    mlp = [name for name in members if name.startswith("hydra-3-mlp-")]
+    assert len(mlp) == 2 and all(members[name] == 3 for name in mlp)
+    assert params["hydra-3"] < params["hydra-3-mlp-half"] < params["hydra-3-mlp-two-thirds"]
     # the table has one line per record, and the length floor under it
     tested = [r for r in records if r["variant"] != "val"]
     val_rows = len(records) - len(tested)

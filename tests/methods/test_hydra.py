@@ -19,7 +19,9 @@ from uqcompress.methods.hydra import (
     shared_weight_members,
 )
 from uqcompress.models.factory import create_model
+from uqcompress.models.families import FAMILIES
 from uqcompress.models.grouped import GroupedLinear
+from uqcompress.models.hydra_model import hydra_families
 from uqcompress.models.loading import LoadedModel, load_model, resolve_model_source, save_model
 from uqcompress.models.surgery import prune_heads
 
@@ -200,3 +202,42 @@ def test_unfusable_members_are_refused_with_the_reason() -> None:
     wider = create_model("vit", LABELS, preset="small")
     with pytest.raises(IncompatibleInputError, match="different base models"):
         check_fusable([vit[0], wider], ["v", "w"])
+
+
+NARROW_FAMILIES = [name for name in hydra_families() if FAMILIES[name].mlp_width_key is not None]
+
+
+@pytest.mark.parametrize("family", NARROW_FAMILIES)
+def test_members_with_their_own_mlp_neurons_fuse_exactly_in_every_family(
+    family: str, tmp_path: Path
+) -> None:
+    """`prune --mlp-ratio`: each member keeps its own narrower MLP in the fused model."""
+    from uqcompress.methods.mlp_width import member_neurons
+    from uqcompress.models.surgery import narrow_mlp
+
+    keeps = [[[0, 1], [2, 3]], [[2, 3], [0, 1]]]
+    members = _members(family, keeps, seed=4)
+    inner = members[0].family.sizes(members[0].config).intermediate
+    order = torch.randperm(inner, generator=torch.Generator().manual_seed(5)).tolist()
+    for m, member in enumerate(members):
+        narrow_mlp(member, [member_neurons(order, 2, m, 0.5) for _ in keeps[0]])
+    batch = _batch(members[0])
+    if "attention_mask" in batch:  # unpadded: a decoder's transformers head finds its last
+        batch["attention_mask"] = torch.ones_like(batch["attention_mask"])  # token by pad id
+    hydra = fuse(members)
+    assert all(layer.member_mlps is not None for layer in hydra.model.layers)
+    reference = _alone(members, batch)
+    assert torch.allclose(_fused(hydra, batch), reference, atol=1e-5, rtol=0)
+    save_model(hydra, tmp_path / "hydra")
+    back = load_model(resolve_model_source(tmp_path / "hydra"))
+    assert torch.equal(_fused(back, batch), _fused(hydra, batch))
+    # the members' MLPs really differ (a mix-up of two would fail the check above)
+    assert (reference[:, 0] - reference[:, 1]).abs().max() > 1e-5
+
+
+def test_a_family_whose_mlp_width_is_derived_is_not_narrowed() -> None:
+    from uqcompress.models.surgery import narrow_mlp
+
+    (member,) = _members("dinov2", [[[0, 1], [2, 3]]])
+    with pytest.raises(ValueError, match="cannot be narrowed"):
+        narrow_mlp(member, [[0], [0]])

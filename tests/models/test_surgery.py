@@ -1,4 +1,5 @@
-"""Head gates and physical head pruning: pruned == gated, uneven and empty layers, reload."""
+"""Head gates and physical head pruning: pruned == gated, uneven and empty layers, reload; MLP
+narrowing (`prune --mlp-ratio`): narrowed == gated neurons, reload, composition."""
 
 from __future__ import annotations
 
@@ -128,3 +129,56 @@ def test_attention_probabilities_come_back_under_eager() -> None:
     assert [tuple(p.shape) for p in probs] == [(4, 4, 17, 17)] * 2
     assert torch.allclose(probs[0].sum(-1), torch.ones(4, 4, 17), atol=1e-5)
     assert loaded.model.config._attn_implementation != "eager"  # restored afterwards
+
+
+def _mlp_gated(loaded: LoadedModel, neurons: list[list[int]]) -> torch.Tensor:
+    """Logits with every removed neuron's input to the down projection at 0."""
+    family, hooks = loaded.family, []
+    for block, kept in zip(family.blocks(loaded.model), neurons, strict=True):
+        down = family.block_parts(block, loaded.config).mlp.down
+        mask = torch.zeros(down.in_features)
+        mask[kept] = 1.0
+        hooks.append(down.register_forward_pre_hook(lambda _, a, mask=mask: (a[0] * mask,)))
+    try:
+        with torch.no_grad():
+            return loaded.model(**_inputs(loaded)).logits
+    finally:
+        for hook in hooks:
+            hook.remove()
+
+
+@pytest.mark.parametrize("make", [tiny_bert, tiny_vit])
+def test_narrowed_mlp_equals_gated_neurons_reloads_and_composes(make, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from uqcompress.models.surgery import KEPT_NEURONS_KEY, narrow_mlp
+
+    loaded = make(seed=6)
+    with torch.no_grad():
+        for block in loaded.family.blocks(loaded.model):
+            loaded.family.block_parts(block, loaded.config).mlp.down.weight.mul_(8.0)
+        full = loaded.model(**_inputs(loaded)).logits
+    inner = int(loaded.config.intermediate_size)
+    keep = [list(range(0, inner, 2)), list(range(1, inner, 2))]
+    gated = _mlp_gated(loaded, keep)
+    assert (gated - full).abs().max() > 1e-3  # the removed neurons mattered
+    narrow_mlp(loaded, keep)
+    with torch.no_grad():
+        narrow = loaded.model(**_inputs(loaded)).logits
+    assert (narrow - gated).abs().max() < 1e-5
+    assert loaded.config.intermediate_size == inner // 2
+    save_model(loaded, tmp_path / "m")
+    back = load_model(resolve_model_source(tmp_path / "m"))
+    with torch.no_grad():
+        assert torch.equal(back.model(**_inputs(back)).logits, narrow)
+    # a second narrowing records the original indices
+    narrow_mlp(back, [[0, 1], [1, 2]])
+    assert getattr(back.config, KEPT_NEURONS_KEY) == [[0, 2], [3, 5]]
+
+
+def test_narrowing_refuses_uneven_or_unsorted_keeps() -> None:
+    from uqcompress.models.surgery import narrow_mlp
+
+    loaded = tiny_bert(seed=7)
+    with pytest.raises(ValueError, match="all of one length"):
+        narrow_mlp(loaded, [[0, 1], [0]])
+    with pytest.raises(ValueError, match="sorted subset"):
+        narrow_mlp(loaded, [[1, 0], [0, 1]])

@@ -224,3 +224,42 @@ def test_fuse_in_bfloat16_builds_and_saves_a_bfloat16_hydra(  # type: ignore[no-
         want = full.model(**batch).member_logits.softmax(-1)
         got = bf16.model(**batch).member_logits.float().softmax(-1)
     assert (got - want).abs().max() < HALF_PARITY_ATOL["bfloat16"]
+
+
+def test_members_with_their_own_mlp_neurons_fuse_exactly_and_export(  # type: ignore[no-untyped-def]
+    cli, tiny_llama_artifact: Path, sentiment_csv, tmp_path: Path
+) -> None:
+    """prune --mlp-ratio: each member keeps its own MLP in the fused model (not averaged),
+    so the Hydra model equals the members as given; ONNX parity as for any Hydra model."""
+    data = str(sentiment_csv["train"])
+    scores = ok(cli("score", str(tiny_llama_artifact), "--method", "l2", "--data", data))
+    narrow = ok(
+        cli("prune", scores, "--members", "2", "--select", "partition", "--mlp-ratio", "0.5")
+    )
+    hydra = ok(cli("fuse", narrow))
+    summary = open_artifact(Path(hydra), expect_kind="model").manifest.summary
+    assert summary["exact"] is True and summary["change_vs_members"]["max_logit_diff"] < 1e-5
+    whole = ok(cli("fuse", ok(cli("prune", scores, "--members", "2", "--select", "partition"))))
+    # the MLPs: 2 of half the width against 1 shared of the whole width
+    assert summary["parameters"] == open_artifact(Path(whole)).manifest.summary["parameters"]
+    config = json.loads((Path(hydra) / "config.json").read_text())
+    assert config["uqc_hydra"]["mlp"] == "per_member" and "uqc_kept_neurons" not in config
+    fused = json.loads(ok(cli("eval", hydra, "--data", data, "--json")))
+    apart = json.loads(ok(cli("eval", narrow, "--data", data, "--json")))
+    for key in ("acc", "nll", "ece", "disagreement"):
+        assert fused["summary"][key] == pytest.approx(apart["summary"][key], abs=1e-6)
+    exported = ok(cli("export", hydra))
+    assert json.loads((Path(exported) / "parity.json").read_text())["passed"]
+    out = tmp_path / "trunk"
+    _refused(cli("fuse", narrow, "--shared-layers", "1", "--out", str(out)), "--mlp-ratio")
+    assert not out.exists()
+    # a narrowed member beside one with the whole MLP: its MLP would be averaged with
+    # neurons it does not have
+    from uqcompress.errors import IncompatibleInputError
+    from uqcompress.methods.hydra import own_mlps
+    from uqcompress.models.loading import load_model, resolve_model_source
+
+    loose = ok(cli("prune", scores, "--ratio", "0.5", "--scope", "layer"))
+    mixed = [load_model(resolve_model_source(p)) for p in (Path(narrow) / "member0", Path(loose))]
+    with pytest.raises(IncompatibleInputError, match="narrowed MLPs"):
+        own_mlps(mixed)

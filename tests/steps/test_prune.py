@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import ok
 from uqcompress.artifacts import open_artifact
 
 
@@ -101,6 +102,9 @@ def test_prune_with_scores_option_and_empty_layers(cli, tiny_vit_artifact: Path)
         (["--ratio", "0.9"], "lets at most 6 go"),  # the default scope is global
         (["--ratio", "0.9", "--scope", "layer"], "at most 3 heads per layer"),
         (["--ratio", "0.5", "--scope", "diagonal"], "unknown --scope"),
+        (["--members", "2", "--mlp-ratio", "0"], "--mlp-ratio 0.0 is outside (0, 1]"),
+        (["--members", "2", "--mlp-ratio", "1.5"], "--mlp-ratio 1.5 is outside (0, 1]"),
+        (["--ratio", "0.5", "--mlp-ratio", "0.5"], "narrows the MLPs of ensemble members"),
     ],
 )
 def test_prune_bad_values(cli, tiny_vit_artifact: Path, args: list[str], needle: str) -> None:  # type: ignore[no-untyped-def]
@@ -174,3 +178,33 @@ def test_hies_explains_attention_without_probabilities(
     assert result.code == 1, result.err
     assert "returned no attention probabilities" in result.err
     assert result.out == ""
+
+
+@pytest.mark.parametrize("family", ["vit", "llama"])  # a plain and a gated (SwiGLU) MLP
+def test_members_with_an_mlp_ratio_keep_their_own_neurons_and_equal_the_gated_base(
+    cli,  # type: ignore[no-untyped-def]
+    tiny_vit_artifact: Path,
+    tiny_llama_artifact: Path,
+    sentiment_csv: dict[str, Path],
+    family: str,
+) -> None:
+    from uqcompress.models.loading import load_model, resolve_model_source
+    from uqcompress.models.surgery import KEPT_NEURONS_KEY
+
+    model = tiny_vit_artifact if family == "vit" else tiny_llama_artifact
+    data = "builtin:digits@val" if family == "vit" else str(sentiment_csv["train"])
+    scores = _score(cli, model, "--method", "l2", "--data", data, "--calib-size", "8")
+    members = Path(
+        ok(cli("prune", scores, "--members", "2", "--select", "partition", "--mlp-ratio", "0.5"))
+    )
+    summary = json.loads((members / "manifest.json").read_text())["summary"]
+    base = load_model(resolve_model_source(model))
+    inner = base.family.sizes(base.config).intermediate
+    assert summary["mlp_ratio"] == 0.5 and summary["mlp_width"] == inner // 2
+    assert summary["max_logit_diff_vs_gated"] < 1e-5  # each member against the gated base
+    kept = [
+        getattr(load_model(resolve_model_source(members / f"member{m}")).config, KEPT_NEURONS_KEY)
+        for m in range(2)
+    ]
+    for layer in range(len(kept[0])):  # a half each of 2: every neuron in exactly one member
+        assert sorted(kept[0][layer] + kept[1][layer]) == list(range(inner))

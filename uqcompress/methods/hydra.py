@@ -2,7 +2,8 @@
 
 Each member's attention projections, LayerNorms, pooler and classifier are stacked along a
 member axis; the embeddings and MLPs, which pruning leaves identical and per-member
-fine-tuning moves apart, are averaged (docs/methods/hydra.md). `shared_weight_members`
+fine-tuning moves apart, are averaged (docs/methods/hydra.md), except the MLPs of members
+narrowed by `prune --mlp-ratio`, which each keep their own (`own_mlps`). `shared_weight_members`
 builds the reference that fusion must reproduce exactly: the members with those averages
 put back in.
 """
@@ -71,6 +72,22 @@ def member_parts(loaded: LoadedModel) -> MemberParts:
     )
 
 
+def own_mlps(members: list[LoadedModel]) -> bool:
+    """Whether the members keep MLP neurons of their own (`prune --mlp-ratio`), so that each
+    keeps its MLP in the fused model instead of one averaged MLP (refused when only some do:
+    the others' MLPs would be averaged with neurons they do not have)."""
+    from uqcompress.models.surgery import KEPT_NEURONS_KEY
+
+    narrowed = [getattr(m.config, KEPT_NEURONS_KEY, None) is not None for m in members]
+    if any(narrowed) and not all(narrowed):
+        raise IncompatibleInputError(
+            f"{sum(narrowed)} of {len(members)} members have narrowed MLPs (prune "
+            "--mlp-ratio) and the others do not",
+            hint="fuse members made by one uqc prune --members run",
+        )
+    return all(narrowed)
+
+
 def check_fusable(members: list[LoadedModel], names: list[str]) -> None:
     """One clear line when members cannot be one Hydra model."""
     if len(members) < 2:
@@ -132,7 +149,7 @@ def fuse(
 
     Its tokenizer or image preprocessing is the first member's (pruning never changes it).
     """
-    from uqcompress.models.surgery import KEPT_HEADS_KEY, kept_heads
+    from uqcompress.models.surgery import KEPT_HEADS_KEY, KEPT_NEURONS_KEY, kept_heads
 
     first = members[0]
     parts = [member_parts(m) for m in members]
@@ -141,11 +158,13 @@ def fuse(
         kept_heads=[kept_heads(m) for m in members],
         shared_layers=shared_layers,
         group=base_group_size(first.config) if grouped_kv else 1,
+        member_mlps=own_mlps(members),
     )
     trunk = trunk_blocks(members, spec)
     config = copy.deepcopy(first.config)
-    if hasattr(config, KEPT_HEADS_KEY):
-        delattr(config, KEPT_HEADS_KEY)
+    for key in (KEPT_HEADS_KEY, KEPT_NEURONS_KEY):  # the member's own, not the fused model's
+        if hasattr(config, key):
+            delattr(config, key)
     setattr(config, HYDRA_KEY, spec.to_dict())
     with torch.random.fork_rng(devices=[]):
         hydra = HydraModel(config, first.family)
@@ -155,10 +174,17 @@ def fuse(
         _average_into(hydra.embeddings, [p.embeddings for p in parts])
         layer: Any
         for index, layer in enumerate(hydra.layers):
-            _average_into(layer.mlp_in, [p.mlp_in[index] for p in parts])
-            _average_into(layer.mlp_out, [p.mlp_out[index] for p in parts])
-            if layer.mlp_gate is not None:
-                _average_into(layer.mlp_gate, [_required(p.mlp_gate[index]) for p in parts])
+            if layer.member_mlps is not None:  # each member's own (narrowed) MLP
+                for mlp, p in zip(layer.member_mlps, parts, strict=True):
+                    mlp.up.load_state_dict(p.mlp_in[index].state_dict())
+                    mlp.down.load_state_dict(p.mlp_out[index].state_dict())
+                    if mlp.gate is not None:
+                        mlp.gate.load_state_dict(_required(p.mlp_gate[index]).state_dict())
+            else:
+                _average_into(layer.mlp_in, [p.mlp_in[index] for p in parts])
+                _average_into(layer.mlp_out, [p.mlp_out[index] for p in parts])
+                if layer.mlp_gate is not None:
+                    _average_into(layer.mlp_gate, [_required(p.mlp_gate[index]) for p in parts])
             if index < shared_layers:  # a trunk block: one stream, one set of weights
                 _fill_trunk_layer(layer, trunk[index])
                 continue
@@ -207,7 +233,8 @@ def shared_weight_members(members: list[LoadedModel], shared_layers: int = 0) ->
         _average_into(shared, [p.embeddings for p in parts])
         for p in parts:
             p.embeddings.load_state_dict(shared.state_dict())
-        for index in range(len(parts[0].mlp_in)):
+        # members with MLPs of their own keep them in the fused model
+        for index in range(0 if own_mlps(members) else len(parts[0].mlp_in)):
             for name in ("mlp_in", "mlp_out", "mlp_gate"):
                 modules = [getattr(p, name)[index] for p in parts]
                 if modules[0] is None:  # not a gated MLP
@@ -224,15 +251,17 @@ def mlp_spread(members: list[LoadedModel]) -> float:
     fusion is exact for the members as given, larger when their fine-tuning moved them apart."""
     parts = [member_parts(m) for m in members]
     worst = 0.0
-    for tensors in _shared_tensors(parts):
+    for tensors in _shared_tensors(parts, mlps=not own_mlps(members)):
         mean = _mean(tensors)
         worst = max(worst, max(float((t - mean).abs().max()) for t in tensors))
     return worst
 
 
-def _shared_tensors(parts: list[MemberParts]) -> Iterator[list[torch.Tensor]]:
+def _shared_tensors(parts: list[MemberParts], mlps: bool = True) -> Iterator[list[torch.Tensor]]:
+    """The tensors fusion averages: the embeddings, and the MLPs unless members keep their own."""
     modules = [
-        [p.embeddings, *p.mlp_in, *p.mlp_out, *(g for g in p.mlp_gate if g is not None)]
+        [p.embeddings]
+        + ([*p.mlp_in, *p.mlp_out, *(g for g in p.mlp_gate if g is not None)] if mlps else [])
         for p in parts
     ]
     for group in zip(*modules, strict=True):
@@ -263,6 +292,12 @@ def check_shared_layers(members: list[LoadedModel], shared_layers: int) -> None:
     from uqcompress.models.surgery import kept_heads
 
     layers = len(kept_heads(members[0]))
+    if shared_layers and own_mlps(members):
+        raise IncompatibleInputError(
+            f"--shared-layers {shared_layers}: these members keep MLP neurons of their own "
+            "(prune --mlp-ratio), so their blocks cannot be one shared trunk",
+            hint="fuse them with --shared-layers 0, or prune members without --mlp-ratio",
+        )
     if not 0 <= shared_layers < layers:
         raise IncompatibleInputError(
             f"--shared-layers {shared_layers} is not 0..{layers - 1}: the members have "

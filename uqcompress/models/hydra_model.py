@@ -11,7 +11,9 @@ there). Per member layer:
 - uneven head counts are padded to the layer's largest member with exact zeros: a padded head
   has zero Q/K/V columns and zero output-projection rows, so it adds exactly 0 (and receives
   zero gradient, so fine-tuning keeps it zero);
-- LayerNorms are per member (`[M, d]`), the MLP is one shared (averaged) `nn.Linear` pair;
+- LayerNorms are per member (`[M, d]`), the MLP is one shared (averaged) `nn.Linear` pair,
+  or, for members narrowed by `prune --mlp-ratio` (`HydraSpec.member_mlps`), each member's
+  own narrower MLP;
 - every member has its own classifier (and its own pooler where the family has one).
 
 What it builds follows the family's anatomy (`Family.layout`: norm order, final norm, pooler;
@@ -87,6 +89,9 @@ class HydraSpec:
     # head (grouped-query attention, `kv_layout: grouped`); 1: one K/V copy per query slot,
     # the layout of models fused before the grouped layout existed (and of non-GQA models).
     group: int = 1
+    # Each member keeps its own MLP (members narrowed by `prune --mlp-ratio`: each kept its
+    # own intermediate neurons) instead of sharing one averaged MLP.
+    member_mlps: bool = False
 
     @property
     def layers(self) -> int:
@@ -158,6 +163,8 @@ class HydraSpec:
             out["shared_layers"] = self.shared_layers
         if self.group > 1:  # absent without GQA: configs (and ids) as before
             out["kv_layout"] = "grouped"
+        if self.member_mlps:  # absent for a shared MLP: configs (and ids) as before
+            out["mlp"] = "per_member"
         return out
 
     @classmethod
@@ -166,7 +173,8 @@ class HydraSpec:
         kept = [[[int(h) for h in layer] for layer in member] for member in raw["kept_heads"]]
         shared = int(raw.get("shared_layers", 0))
         group = base_group_size(config) if raw.get("kv_layout") == "grouped" else 1
-        return cls(int(raw["members"]), kept, shared_layers=shared, group=group)
+        own = raw.get("mlp") == "per_member"
+        return cls(int(raw["members"]), kept, shared_layers=shared, group=group, member_mlps=own)
 
 
 def base_group_size(config: Any) -> int:
@@ -280,6 +288,29 @@ class FusedAttention(nn.Module):
         return self.output(merged)
 
 
+class MemberMlp(nn.Module):
+    """One member's own MLP (members narrowed by `prune --mlp-ratio`): `down(act(up(x)))`,
+    or gated `down(act(gate(x)) * up(x))`.
+
+    Shape: x `[..., d]` -> `[..., d]`.
+    """
+
+    def __init__(self, sizes: BlockSizes) -> None:
+        super().__init__()
+        hidden, inner, bias = sizes.hidden, sizes.intermediate, sizes.mlp_bias
+        self.gate = nn.Linear(hidden, inner, bias=bias) if sizes.gated_mlp else None
+        self.up = nn.Linear(hidden, inner, bias=bias)
+        self.down = nn.Linear(inner, hidden, bias=bias)
+        self.activation = ACT2FN[sizes.activation]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.gate is not None:
+            out: torch.Tensor = self.down(self.activation(self.gate(x)) * self.up(x))
+            return out
+        result: torch.Tensor = self.down(self.activation(self.up(x)))
+        return result
+
+
 class HydraLayer(nn.Module):
     """One fused transformer block; the family's `layout` picks the pre-norm (ViT, decoders)
     or post-norm (BERT) order, a gated MLP, layer scales (DINOv2) and q/k norms (Qwen3), and
@@ -296,6 +327,7 @@ class HydraLayer(nn.Module):
         slots: int,
         family: Family,
         group: int = 1,
+        member_mlps: bool = False,
     ) -> None:
         super().__init__()
         hidden, eps, layout = sizes.hidden, sizes.norm_eps, family.layout
@@ -312,9 +344,15 @@ class HydraLayer(nn.Module):
         self.norm_attention = norm(hidden)
         self.norm_mlp = norm(hidden)
         inner, bias = sizes.intermediate, sizes.mlp_bias
-        self.mlp_gate = nn.Linear(hidden, inner, bias=bias) if sizes.gated_mlp else None
-        self.mlp_in = nn.Linear(hidden, inner, bias=bias)
-        self.mlp_out = nn.Linear(inner, hidden, bias=bias)
+        # the shared MLP, or (`member_mlps`) one MLP of its own per member
+        self.member_mlps = (
+            nn.ModuleList(MemberMlp(sizes) for _ in range(members)) if member_mlps else None
+        )
+        shared = not member_mlps
+        gated = sizes.gated_mlp and shared
+        self.mlp_gate = nn.Linear(hidden, inner, bias=bias) if gated else None
+        self.mlp_in = nn.Linear(hidden, inner, bias=bias) if shared else None
+        self.mlp_out = nn.Linear(inner, hidden, bias=bias) if shared else None
         self.activation = ACT2FN[sizes.activation]
         self.dropout = nn.Dropout(sizes.hidden_dropout)
         self.scale_attention = MemberScale(members, hidden) if layout.layer_scale else None
@@ -322,6 +360,7 @@ class HydraLayer(nn.Module):
 
     def dense_mlp(self, x: torch.Tensor) -> torch.Tensor:
         """The shared MLP on any rows. Shape: `[..., d]` -> `[..., d]`."""
+        assert self.mlp_in is not None and self.mlp_out is not None, "members' own MLPs"
         if self.mlp_gate is not None:  # gated (SwiGLU): down(act(gate(x)) * up(x))
             return self.mlp_out(self.activation(self.mlp_gate(x)) * self.mlp_in(x))
         return self.mlp_out(self.activation(self.mlp_in(x)))
@@ -332,7 +371,13 @@ class HydraLayer(nn.Module):
         # (measured: [3072, 896] x [896, 4864] takes 3.3x the time of [1024, 896], not 3x).
         # Qwen2.5-0.5B shape, vs a deep ensemble: 0.87x per member against 0.96x merged at
         # batch 8, 0.90x against 0.87x at batch 1.
-        if self.members > 1:
+        if self.member_mlps is not None:
+            streams = x.reshape(self.members, -1, *x.shape[1:]).unbind(0)
+            out = torch.cat(
+                [mlp(stream) for mlp, stream in zip(self.member_mlps, streams, strict=True)],
+                dim=0,
+            )
+        elif self.members > 1:
             streams = x.reshape(self.members, -1, *x.shape[1:]).unbind(0)
             out = torch.cat([self.dense_mlp(stream) for stream in streams], dim=0)
         else:
@@ -395,6 +440,7 @@ class HydraModel(nn.Module):
                 self.spec.slots(layer),
                 found,
                 self.spec.kv_group(layer),
+                self.spec.member_mlps and not self.spec.shared(layer),
             )
             for layer in range(self.spec.layers)
         )

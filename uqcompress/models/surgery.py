@@ -20,6 +20,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 from uqcompress.models.families.base import config_head_dim
 from uqcompress.models.kind_base import KEPT_HEADS_KEY, ModelKind  # the ORIGINAL kept heads
 
+# Per layer, the ORIGINAL indices of the MLP neurons a narrowed member kept (`narrow_mlp`)
+KEPT_NEURONS_KEY = "uqc_kept_neurons"
+
 if TYPE_CHECKING:
     from uqcompress.models.families import Family
 
@@ -124,6 +127,48 @@ def prune_heads(loaded: Classifier, keep: list[list[int]]) -> None:
     composed = [[before[layer][h] for h in heads] for layer, heads in enumerate(keep)]
     setattr(loaded.model.config, KEPT_HEADS_KEY, composed)
     loaded.config = loaded.model.config
+
+
+def narrow_mlp(loaded: Classifier, keep: list[list[int]]) -> None:
+    """Physically remove MLP intermediate neurons: keep, per layer, the neurons at *current*
+    indices `keep[l]`, the same count in every layer (the config has one width).
+
+    Up (and gate) lose the rows of removed neurons, down loses their columns (its bias
+    stays). The family's width key (`Family.mlp_width_key`) gets the new width, and the
+    config records the kept neurons as original indices (`KEPT_NEURONS_KEY`), so narrowing
+    composes.
+    """
+    import torch
+
+    family, config = loaded.family, loaded.model.config
+    if family.mlp_width_key is None:
+        raise ValueError(f"{family.name}'s MLP width is not a config key: it cannot be narrowed")
+    blocks = [family.block_parts(b, config).mlp for b in family.blocks(loaded.model)]
+    if len(keep) != len(blocks) or len({len(k) for k in keep}) != 1:
+        raise ValueError(f"keep lists must be one per layer ({len(blocks)}), all of one length")
+    inner = blocks[0].up.out_features
+    before = getattr(config, KEPT_NEURONS_KEY, None) or [list(range(inner)) for _ in blocks]
+    for layer, (mlp, neurons) in enumerate(zip(blocks, keep, strict=True)):
+        current = mlp.up.out_features
+        if sorted(set(neurons)) != list(neurons) or any(not 0 <= i < current for i in neurons):
+            raise ValueError(
+                f"layer {layer}: keep {neurons} is not a sorted subset of 0..{current - 1}"
+            )
+        index = torch.tensor(neurons, dtype=torch.long)
+        with torch.no_grad():
+            for linear in (mlp.up, mlp.gate):
+                if linear is None:
+                    continue
+                linear.weight = torch.nn.Parameter(linear.weight[index].clone())
+                if linear.bias is not None:
+                    linear.bias = torch.nn.Parameter(linear.bias[index].clone())
+                linear.out_features = len(neurons)
+            mlp.down.weight = torch.nn.Parameter(mlp.down.weight[:, index].clone())
+            mlp.down.in_features = len(neurons)
+    setattr(config, family.mlp_width_key, len(keep[0]))
+    composed = [[before[layer][i] for i in neurons] for layer, neurons in enumerate(keep)]
+    setattr(config, KEPT_NEURONS_KEY, composed)
+    loaded.config = config
 
 
 def kept_kv_heads(parts: Any, heads: list[int], layer: int) -> list[int]:

@@ -56,6 +56,13 @@ class PruneConfig:
         "whole key/value heads with their query heads). Ignored without GQA.",
     )  # grouped-query attention: remove tiers of query heads, or kv groups
     seed: int = fields.described(0, help="Seed of --select gumbel.")
+    mlp_ratio: float = fields.added(
+        1.0,
+        help="Members: the share of each MLP's intermediate neurons every member keeps, "
+        "(0, 1]. Ranked by weight magnitude and dealt round-robin, each member taking its "
+        "own deal first (1/M: no neuron shared); a Hydra of such members runs r x M of one "
+        "MLP instead of M. 1 keeps them all.",
+    )
     device: str = fields.device("cpu")
     threads: int | None = fields.threads()
     dtype: str = fields.dtype()
@@ -74,6 +81,15 @@ class PruneConfig:
 
         if self.scope is not None and self.scope not in SCOPES:
             problems.add(f"unknown --scope {self.scope!r}", hint=f"use one of: {', '.join(SCOPES)}")
+        if not 0.0 < self.mlp_ratio <= 1.0:
+            problems.add(
+                f"--mlp-ratio {self.mlp_ratio} is outside (0, 1]", hint="pass e.g. --mlp-ratio 0.5"
+            )
+        elif self.mlp_ratio < 1.0 and self.members == 1:
+            problems.add(
+                "--mlp-ratio narrows the MLPs of ensemble members",
+                hint="pass --members 3 (or leave --mlp-ratio at 1)",
+            )
         if self.members > 1 and self.scope == "global":
             problems.add(
                 "--members prunes every member per layer",
@@ -290,18 +306,53 @@ def _check_circuit_members(summary: dict[str, Any], cfg: PruneConfig) -> None:
         )
 
 
-def _gated_logits(loaded: Any, keep: list[list[int]], batch: dict[str, Any]) -> Any:
-    """The full model's logits with every removed head's gate at 0: what pruning must equal."""
+def _gated_logits(
+    loaded: Any,
+    keep: list[list[int]],
+    batch: dict[str, Any],
+    neurons: list[list[int]] | None = None,
+) -> Any:
+    """The full model's logits with every removed head's gate at 0 (and, with `neurons`,
+    every removed MLP neuron's input to the down projection at 0): what pruning must equal."""
     import torch
 
+    from uqcompress.methods.mlp_width import mlp_parts
     from uqcompress.models.head_gates import HeadGates
 
-    with torch.inference_mode(), HeadGates(loaded) as gates:
-        for layer, heads in enumerate(keep):
-            mask = torch.zeros_like(gates.gates[layer])
-            mask[heads] = 1.0
-            gates.gates[layer].copy_(mask)
-        return loaded.model(**batch).logits
+    hooks = []
+    if neurons is not None:
+        for mlp, kept in zip(mlp_parts(loaded), neurons, strict=True):
+            mask = torch.zeros(mlp.down.in_features, dtype=mlp.down.weight.dtype)
+            mask[kept] = 1.0
+            hooks.append(
+                mlp.down.register_forward_pre_hook(lambda _, args, mask=mask: (args[0] * mask,))
+            )
+    try:
+        with torch.inference_mode(), HeadGates(loaded) as gates:
+            for layer, heads in enumerate(keep):
+                mask = torch.zeros_like(gates.gates[layer])
+                mask[heads] = 1.0
+                gates.gates[layer].copy_(mask)
+            return loaded.model(**batch).logits
+    finally:
+        for hook in hooks:
+            hook.remove()
+
+
+def _member_neurons(base: Any, cfg: PruneConfig) -> list[list[list[int]]] | None:
+    """Per member and layer, the MLP neurons it keeps at `--mlp-ratio` (None at 1)."""
+    if cfg.mlp_ratio >= 1.0:
+        return None
+    from uqcompress.methods.mlp_width import member_mlp_neurons
+
+    family = base.family
+    if family.mlp_width_key is None:
+        raise IncompatibleInputError(
+            f"--mlp-ratio: {family.name}'s MLP width is derived from other config keys, so "
+            "members with narrower MLPs cannot be saved",
+            hint="leave --mlp-ratio at 1 for this family",
+        )
+    return member_mlp_neurons(base, cfg.members, cfg.mlp_ratio)
 
 
 def _run_members(
@@ -331,7 +382,7 @@ def _run_members(
         )
         from uqcompress.models.head_gates import head_groups, heads_per_layer
         from uqcompress.models.loading import calibration_dropped, load_model, save_model
-        from uqcompress.models.surgery import prune_heads
+        from uqcompress.models.surgery import narrow_mlp, prune_heads
 
         score = load_file(str(scores.file("scores.safetensors")))["score"]
         base = load_model(source, cfg.dtype)
@@ -365,12 +416,15 @@ def _run_members(
         parameters = []
         from uqcompress.runtime.console import track
 
+        neurons = _member_neurons(base, cfg)
         members = track(enumerate(keeps), "pruning members", total=len(keeps))
         for m, keep in members:
             # A copy of the already-loaded base: no second read and hash of the checkpoint.
             member = copy.deepcopy(base)
-            gated = _gated_logits(member, keep, batch)
+            gated = _gated_logits(member, keep, batch, neurons[m] if neurons else None)
             prune_heads(member, keep)
+            if neurons:
+                narrow_mlp(member, neurons[m])
             with torch.inference_mode():
                 pairs.append((gated, member.model(**batch).logits))
             save_model(member, writer.dir / f"member{m}")
@@ -396,6 +450,9 @@ def _run_members(
                 "max_logit_diff_vs_gated": worst,
             }
         )
+        if neurons:
+            widths = {len(layer) for layer in neurons[0]}
+            writer.summary.update({"mlp_ratio": cfg.mlp_ratio, "mlp_width": widths.pop()})
         if sum(overlap) / len(overlap) > 0.9:
             writer.warn(
                 f"members are near-identical (mean Jaccard overlap of kept heads "

@@ -267,6 +267,9 @@ class Family(ABC):
     # tested): MC Dropout refuses the family. Not inherited blindly: a subclass with other
     # modules sets its own (or None).
     dropout_sites: ClassVar[DropoutSites | None] = None
+    # The config key of the MLP's intermediate width, which `prune --mlp-ratio` sets; None
+    # where the width is derived (DINOv2's mlp_ratio): narrowing refuses the family.
+    mlp_width_key: ClassVar[str | None] = "intermediate_size"
 
     # --- building --------------------------------------------------------------------------
 

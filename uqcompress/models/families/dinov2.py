@@ -48,6 +48,7 @@ class Dinov2Family(ViTFamily):
         "num_channels",
     )
     dropout_sites = None  # MC Dropout's sites: not mapped (nor tested) for DINOv2
+    mlp_width_key = None  # the width is hidden_size x mlp_ratio (SwiGLU: rounded), not a key
     layout = Layout(
         norm_order="pre",
         norm="layernorm",

@@ -44,6 +44,7 @@ class DistilBertFamily(Family):
     input_kind = "text"
     # (`hidden_dim` and `activation` are DistilBERT's names of the MLP width and activation)
     shape_keys = (*BLOCK_SHAPE_KEYS, "vocab_size", "max_position_embeddings")
+    mlp_width_key = "hidden_dim"
     layout = Layout(
         norm_order="post",
         norm="layernorm",
