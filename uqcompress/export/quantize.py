@@ -574,9 +574,11 @@ def rows_for_one_flip(min_agreement: float) -> int:
     return int(np.ceil((1.0 - 1e-9) / (1.0 - min_agreement))) if min_agreement < 1 else 0
 
 
-def _check(name: str, value: float, op: str, bound: float) -> Check:
+def _check(name: str, value: float, op: str, bound: float, what: str | None = None) -> Check:
+    """`value op bound` as a gate check; `what` names the measured quantity in its bound
+    (default: the check's name)."""
     ok = bool(np.isfinite(value)) and (value >= bound if op == ">=" else value <= bound)
-    return Check(name, float(value), f"{name} {op} {bound:g}", ok)
+    return Check(name, float(value), f"{what or name} {op} {bound:g}", ok)
 
 
 def measure_drift(
@@ -653,14 +655,7 @@ def measure_drift(
             ("nll", bounds.max_nll_delta, "|NLL change|"),
         ):
             value = abs(drift.deltas[metric])
-            drift.checks.append(
-                Check(
-                    f"{metric}_delta",
-                    value,
-                    f"{what} <= {bound:g}",
-                    bool(np.isfinite(value) and value <= bound),
-                )
-            )
+            drift.checks.append(_check(f"{metric}_delta", value, "<=", bound, what))
     elif labels is None:
         drift.skipped += ["ece_delta", "nll_delta"]
     if finite:

@@ -55,17 +55,11 @@ def member_neurons(order: list[int], members: int, member: int, share: float) ->
     return sorted(preference[: kept_count(len(order), share)])
 
 
-def mlp_parts(loaded: Any) -> list[Any]:
-    """The model's MLPs, one `MlpParts` (up, down, gate) per block, from its family's anatomy."""
-    family = loaded.family
-    return [family.block_parts(block, loaded.config).mlp for block in family.blocks(loaded.model)]
-
-
 def member_mlp_neurons(base: Any, members: int, share: float) -> list[list[list[int]]]:
     """Per member and layer, the neurons each of `members` keeps at `share`, ranked on
     `base`'s MLPs (`neuron_order`, `member_neurons`).
 
     Shape: -> M lists of L sorted lists of `kept_count(I, share)` neuron indices.
     """
-    orders = [neuron_order(mlp.up, mlp.down, mlp.gate) for mlp in mlp_parts(base)]
+    orders = [neuron_order(m.up, m.down, m.gate) for m in base.family.mlp_layers(base.model)]
     return [[member_neurons(order, members, m, share) for order in orders] for m in range(members)]

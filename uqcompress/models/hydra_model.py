@@ -288,6 +288,22 @@ class FusedAttention(nn.Module):
         return self.output(merged)
 
 
+def feed_forward(
+    x: torch.Tensor,
+    up: nn.Module,
+    down: nn.Module,
+    gate: nn.Module | None,
+    activation: Callable[[torch.Tensor], torch.Tensor],
+) -> torch.Tensor:
+    """`down(act(up(x)))`, or gated (SwiGLU) `down(act(gate(x)) * up(x))`.
+
+    Shape: x `[..., d]` -> `[..., d]`.
+    """
+    inner = activation(gate(x)) * up(x) if gate is not None else activation(up(x))
+    out: torch.Tensor = down(inner)
+    return out
+
+
 class MemberMlp(nn.Module):
     """One member's own MLP (members narrowed by `prune --mlp-ratio`): `down(act(up(x)))`,
     or gated `down(act(gate(x)) * up(x))`.
@@ -304,11 +320,7 @@ class MemberMlp(nn.Module):
         self.activation = ACT2FN[sizes.activation]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.gate is not None:
-            out: torch.Tensor = self.down(self.activation(self.gate(x)) * self.up(x))
-            return out
-        result: torch.Tensor = self.down(self.activation(self.up(x)))
-        return result
+        return feed_forward(x, self.up, self.down, self.gate, self.activation)
 
 
 class HydraLayer(nn.Module):
@@ -361,9 +373,7 @@ class HydraLayer(nn.Module):
     def dense_mlp(self, x: torch.Tensor) -> torch.Tensor:
         """The shared MLP on any rows. Shape: `[..., d]` -> `[..., d]`."""
         assert self.mlp_in is not None and self.mlp_out is not None, "members' own MLPs"
-        if self.mlp_gate is not None:  # gated (SwiGLU): down(act(gate(x)) * up(x))
-            return self.mlp_out(self.activation(self.mlp_gate(x)) * self.mlp_in(x))
-        return self.mlp_out(self.activation(self.mlp_in(x)))
+        return feed_forward(x, self.mlp_in, self.mlp_out, self.mlp_gate, self.activation)
 
     def mlp(self, x: torch.Tensor) -> torch.Tensor:
         # One GEMM per member stream, not one over all M*B*T rows: the same arithmetic, but
@@ -371,15 +381,14 @@ class HydraLayer(nn.Module):
         # (measured: [3072, 896] x [896, 4864] takes 3.3x the time of [1024, 896], not 3x).
         # Qwen2.5-0.5B shape, vs a deep ensemble: 0.87x per member against 0.96x merged at
         # batch 8, 0.90x against 0.87x at batch 1.
-        if self.member_mlps is not None:
-            streams = x.reshape(self.members, -1, *x.shape[1:]).unbind(0)
-            out = torch.cat(
-                [mlp(stream) for mlp, stream in zip(self.member_mlps, streams, strict=True)],
-                dim=0,
+        if self.members > 1:  # each member's own MLP, or the shared one per stream
+            mlps: list[Callable[[torch.Tensor], torch.Tensor]] = (
+                list(self.member_mlps)
+                if self.member_mlps is not None
+                else [self.dense_mlp] * self.members
             )
-        elif self.members > 1:
             streams = x.reshape(self.members, -1, *x.shape[1:]).unbind(0)
-            out = torch.cat([self.dense_mlp(stream) for stream in streams], dim=0)
+            out = torch.cat([mlp(s) for mlp, s in zip(mlps, streams, strict=True)], dim=0)
         else:
             out = self.dense_mlp(x)
         if self.scale_mlp is not None:

@@ -143,7 +143,7 @@ def narrow_mlp(loaded: Classifier, keep: list[list[int]]) -> None:
     family, config = loaded.family, loaded.model.config
     if family.mlp_width_key is None:
         raise ValueError(f"{family.name}'s MLP width is not a config key: it cannot be narrowed")
-    blocks = [family.block_parts(b, config).mlp for b in family.blocks(loaded.model)]
+    blocks = family.mlp_layers(loaded.model)
     if len(keep) != len(blocks) or len({len(k) for k in keep}) != 1:
         raise ValueError(f"keep lists must be one per layer ({len(blocks)}), all of one length")
     inner = blocks[0].up.out_features

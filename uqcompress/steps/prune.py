@@ -316,12 +316,11 @@ def _gated_logits(
     every removed MLP neuron's input to the down projection at 0): what pruning must equal."""
     import torch
 
-    from uqcompress.methods.mlp_width import mlp_parts
     from uqcompress.models.head_gates import HeadGates
 
     hooks = []
     if neurons is not None:
-        for mlp, kept in zip(mlp_parts(loaded), neurons, strict=True):
+        for mlp, kept in zip(loaded.family.mlp_layers(loaded.model), neurons, strict=True):
             mask = torch.zeros(mlp.down.in_features, dtype=mlp.down.weight.dtype)
             mask[kept] = 1.0
             hooks.append(

@@ -133,6 +133,15 @@ def brier(probs: FloatArray, labels: IntArray) -> float:
     return float(np.mean(np.sum(diff * diff, axis=1)))
 
 
+def _bin_index(conf: npt.NDArray[np.float64], n_bins: int) -> npt.NDArray[np.intp]:
+    """The bin of each confidence (:func:`reliability_bins`' rule, against the edge values).
+
+    Shape: conf ``[N]`` -> ``[N]`` in ``[0, n_bins)``.
+    """
+    edges = np.arange(n_bins + 1, dtype=np.float64) / n_bins
+    return np.clip(np.searchsorted(edges, conf, side="right") - 1, 0, n_bins - 1)
+
+
 def reliability_bins(
     probs: FloatArray, labels: IntArray, n_bins: int = 15
 ) -> dict[str, npt.NDArray[Any]]:
@@ -161,8 +170,7 @@ def reliability_bins(
     conf = np.max(p, axis=1)
     correct = (np.argmax(p, axis=1) == y).astype(np.float64)
     edges = np.arange(n_bins + 1, dtype=np.float64) / n_bins
-    idx = np.searchsorted(edges, conf, side="right") - 1
-    idx = np.clip(idx, 0, n_bins - 1)
+    idx = _bin_index(conf, n_bins)
     count = np.bincount(idx, minlength=n_bins).astype(np.int64)
     acc_sum = np.bincount(idx, weights=correct, minlength=n_bins)
     conf_sum = np.bincount(idx, weights=conf, minlength=n_bins)
@@ -217,8 +225,7 @@ def ece_change(before: FloatArray, after: FloatArray, labels: IntArray, n_bins: 
         raise ValueError(
             f"before and after must have the same shape; got {p0.shape} and {p1.shape}"
         )
-    edges = np.arange(int(n_bins) + 1, dtype=np.float64) / int(n_bins)
-    idx = np.clip(np.searchsorted(edges, np.max(p0, axis=1), side="right") - 1, 0, n_bins - 1)
+    idx = _bin_index(np.max(p0, axis=1), int(n_bins))
 
     def binned_ece(p: npt.NDArray[np.float64]) -> float:
         correct = (np.argmax(p, axis=1) == y).astype(np.float64)

@@ -372,6 +372,11 @@ class Family(ABC):
         head_dim = config_head_dim(config)
         return [self.attention_parts(block, head_dim) for block in self.blocks(model)]
 
+    def mlp_layers(self, model: nn.Module) -> list[MlpParts]:
+        """The MLP of every layer, in layer order."""
+        config: Any = getattr(model, "config", None)
+        return [self.block_parts(block, config).mlp for block in self.blocks(model)]
+
     def rotary_positions(
         self, config: PretrainedConfig, hidden: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor] | None:
